@@ -1,0 +1,97 @@
+"""The algorithm interface.
+
+An algorithm is a small dataclass of hyperparameters with four pure-ish functions over explicit
+state, in the order of a round (DESIGN.md):
+
+    init(x0)                          -> server state (dict of tensors)
+    client_states()                   -> specs of per-client persistent state [N, ...]
+    broadcast(server, round)          -> what goes down (dict of tensors, the same for every client)
+    client_update(down, client, work) -> (what goes up [s, ...], new client state [s, ...])
+    aggregate(server, up, cohort)     -> new server state
+
+`client_update` is vectorised over a chunk of the cohort: every tensor it receives or returns
+has the chunk's clients on dim 0, and it must treat clients independently (the engine may split
+the cohort into chunks of any size). `work` (engine.local.LocalWork) gives the minibatches,
+gradients, full local gradients and LoSAC's blocks. Floats up and down are counted from the
+dicts returned by `broadcast` and `client_update` (`metadata_keys` are excluded).
+
+Supported patterns: local step directions with corrections (FedProx, SCAFFOLD, FedDyn, FedCM,
+FedSpeed, FedADMM), gradients at other points on the same batch (FedSpeed's ascent, Mime),
+per-client tables (LoSAC's [M, d] blocks), variable local work (`work.with_epochs`), prox steps,
+server-side optimisers and second-order state (FedOpt, FedSSO) kept in the server dict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+State = dict[str, Tensor]
+
+
+@dataclass(frozen=True)
+class ClientStateSpec:
+    """Per-client persistent state: `shape` per client; initial value `init` (scalar or tensor)."""
+
+    shape: tuple[int, ...]
+    init: float | Tensor = 0.0
+
+
+@dataclass(frozen=True)
+class Setting:
+    """The federation an algorithm runs in, fixed for the run."""
+
+    num_clients: int
+    clients_per_round: int
+    dim: int
+    eta_l: float
+    eta_g: float
+    client_sizes: Tensor  # [N] local data set sizes
+    device: torch.device = torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """The clients of one round: ids [S], sizes [S] and aggregation weights [S] summing to 1."""
+
+    round: int
+    ids: Tensor
+    sizes: Tensor
+    weights: Tensor
+
+
+@dataclass
+class Algorithm:
+    """Base class: FedAvg-shaped defaults (x down, nothing persistent on clients)."""
+
+    name: ClassVar[str] = ""
+    metadata_keys: ClassVar[tuple[str, ...]] = ()
+    setting: Setting = field(init=False, repr=False)
+
+    def setup(self, setting: Setting) -> None:
+        self.setting = setting
+
+    def validate(self) -> None:
+        """Raise ConfigError for impossible hyperparameter values."""
+
+    def init(self, x0: Tensor) -> State:
+        return {"x": x0.clone()}
+
+    def client_states(self) -> dict[str, ClientStateSpec]:
+        return {}
+
+    def broadcast(self, server: State, round_: int) -> State:
+        return {"x": server["x"]}
+
+    def client_update(self, down: State, client: State, work) -> tuple[State, State]:
+        raise NotImplementedError
+
+    def aggregate(self, server: State, up: State, cohort: Cohort) -> State:
+        raise NotImplementedError
+
+    def model(self, server: State) -> Tensor:
+        """The global model to evaluate."""
+        return server["x"]

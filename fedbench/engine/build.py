@@ -1,0 +1,103 @@
+"""Config -> Federation: load the data, split it, build the model and the algorithm."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from omegaconf import DictConfig
+
+from fedbench.algorithms.base import Setting
+from fedbench.config import build_algorithm, params_of, validate
+from fedbench.data import DATASETS, fingerprint, make_partition
+from fedbench.engine.executors import auto_executor, make_grad_fn
+from fedbench.engine.local import ClientData
+from fedbench.engine.loop import Federation
+from fedbench.errors import ConfigError
+from fedbench.models import build_model
+
+
+@dataclass
+class BuildInfo:
+    partition_fingerprint: str
+    dim: int
+    executor: str
+    device: str
+    num_train: int
+    num_test: int
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def build_federation(cfg: DictConfig) -> tuple[Federation, BuildInfo]:
+    validate(cfg)
+    device = resolve_device(str(cfg.engine.device))
+    dataset = DATASETS.get(cfg.dataset.name)(
+        root=str(cfg.data.root), download=bool(cfg.data.download), **{
+            k: v for k, v in params_of(cfg.dataset).items() if k not in ("root", "download")
+        }
+    )
+    owner = None if dataset.train_owner is None else dataset.train_owner.numpy()
+    parts = make_partition(
+        cfg.partition.name, dataset.y_train.numpy() if dataset.task == "classification" else
+        dataset.y_train.numpy().round().astype(int), cfg.num_clients, cfg.seed, owner=owner,
+        **params_of(cfg.partition),
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        try:
+            flat = build_model(cfg.model.name, dataset.input_shape, dataset.num_classes, **params_of(cfg.model))
+        except (ValueError, RuntimeError) as exc:
+            raise ConfigError(f"model {cfg.model.name!r} does not fit data set {cfg.dataset.name!r}: {exc}") from None
+    flat.module.to(device)
+    x0 = flat.initial_vector().to(device)
+    try:  # a shape mismatch between model and data shows on one sample
+        flat.forward_flat(x0, dataset.x_train[:1].to(device))
+    except RuntimeError as exc:
+        raise ConfigError(f"model {cfg.model.name!r} does not fit data set {cfg.dataset.name!r}: {exc}") from None
+    dataset = dataset.to(device)
+    executor = cfg.engine.executor
+    if executor == "auto":
+        executor = auto_executor(cfg.model.name, device)
+    grad_fn = make_grad_fn(flat, dataset.task, executor)
+    clients = ClientData.from_partition(dataset.x_train, dataset.y_train, parts, cfg.seed, grad_fn, cfg.loss_scale)
+    algorithm = build_algorithm(cfg)
+    algorithm.setup(
+        Setting(
+            num_clients=cfg.num_clients,
+            clients_per_round=cfg.clients_per_round,
+            dim=flat.dim,
+            eta_l=float(cfg.eta_l),
+            eta_g=float(cfg.eta_g),
+            client_sizes=clients.size,
+            device=device,
+        )
+    )
+    state_device = cfg.engine.client_state_device
+    fed = Federation(
+        dataset=dataset,
+        clients=clients,
+        flat=flat,
+        algorithm=algorithm,
+        x0=x0,
+        seed=cfg.seed,
+        rounds=cfg.rounds,
+        clients_per_round=cfg.clients_per_round,
+        batch_size=cfg.batch_size,
+        local_steps=cfg.local_steps,
+        local_epochs=cfg.local_epochs,
+        eta_l=float(cfg.eta_l),
+        eta_l_decay=float(cfg.eta_l_decay),
+        client_chunk=cfg.engine.client_chunk or cfg.clients_per_round,
+        eval_every=cfg.eval_every,
+        train_loss_every=cfg.train_loss_every,
+        aggregation=cfg.aggregation,
+        client_state_device=device if state_device == "auto" else torch.device(state_device),
+        device=device,
+    )
+    info = BuildInfo(fingerprint(parts), flat.dim, executor, str(device), len(dataset.y_train), len(dataset.y_test))
+    return fed, info

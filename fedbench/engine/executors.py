@@ -1,0 +1,70 @@
+"""Gradient oracles over a cohort: `vmap` (one batched program) and `loop` (client by client).
+
+Both compute, for every client s in the chunk, grad_x sum_b w[s,b] * loss(model(x_s; xb[s,b]), yb[s,b])
+with the same per-sample weights, so they agree to float rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.func import grad_and_value, vmap
+
+from fedbench.errors import unknown_choice
+from fedbench.models.flat import FlatModel
+
+EXECUTORS = ("vmap", "loop")
+
+
+def per_sample_loss(task: str) -> Callable[[Tensor, Tensor], Tensor]:
+    if task == "classification":
+        return lambda out, y: F.cross_entropy(out, y, reduction="none")
+    if task == "binary":
+        return lambda out, y: F.binary_cross_entropy_with_logits(out.squeeze(-1), y, reduction="none")
+    if task == "regression":  # (<x, a> - y)^2, no 1/2 (LoSAC eq. 20)
+        return lambda out, y: (out.squeeze(-1) - y) ** 2
+    raise unknown_choice("task", task, ("classification", "binary", "regression"))
+
+
+GradFn = Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+
+
+def make_grad_fn(flat: FlatModel, task: str, executor: str) -> GradFn:
+    """Returns f(X [s,d], xb [s,B,...], yb [s,B], wb [s,B]) -> (G [s,d], weighted loss [s])."""
+    loss_of = per_sample_loss(task)
+
+    def weighted_loss(params: dict[str, Tensor], xb: Tensor, yb: Tensor, wb: Tensor) -> Tensor:
+        return (wb * loss_of(flat(params, xb), yb)).sum()
+
+    one = grad_and_value(weighted_loss)
+    if executor == "vmap":
+        batched = vmap(one)
+
+        def grad_vmap(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor) -> tuple[Tensor, Tensor]:
+            grads, loss = batched(flat.unflatten(X), xb, yb, wb)
+            return flat.flatten(grads, X.shape[0]), loss
+
+        return grad_vmap
+    if executor == "loop":
+
+        def grad_loop(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor) -> tuple[Tensor, Tensor]:
+            G = torch.empty_like(X)
+            losses = X.new_empty(X.shape[0])
+            for i in range(X.shape[0]):
+                grads, loss = one(flat.unflatten(X[i]), xb[i], yb[i], wb[i])
+                G[i] = flat.flatten(grads, None)
+                losses[i] = loss
+            return G, losses
+
+        return grad_loop
+    raise unknown_choice("engine.executor", executor, (*EXECUTORS, "auto"))
+
+
+def auto_executor(model_name: str, device: torch.device) -> str:
+    """vmap on accelerators; on CPU, conv nets run near the FLOP peak already as a loop (DESIGN.md)."""
+    if device.type != "cpu":
+        return "vmap"
+    return "loop" if model_name.startswith(("cnn", "lenet", "resnet")) else "vmap"

@@ -1,0 +1,90 @@
+"""Checks of a command line before Hydra runs anything: every job of a sweep is composed and
+validated first, so a bad value in the 40th job stops the grid before the 1st job trains."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from fedbench.errors import ConfigError, unknown_choice
+
+GROUPS = ("dataset", "partition", "model", "algorithm", "engine", "tracking", "experiment")
+MAX_JOBS_CHECKED = 2000
+
+
+def group_choices(conf_dir: Path, group: str) -> list[str]:
+    base = conf_dir / group
+    return sorted(str(p.relative_to(base).with_suffix("")) for p in base.rglob("*.yaml"))
+
+
+def expand_jobs(overrides: list[str]) -> list[list[str]]:
+    """The override lists of every job of a basic-sweeper grid (one job without sweeps)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    axes = []
+    for o in parsed:
+        key = o.get_key_element()
+        if o.is_sweep_override():
+            axes.append([f"{key}={v}" for v in o.sweep_string_iterator()])
+        else:
+            axes.append([o.input_line])
+    return [list(job) for job in itertools.product(*axes)]
+
+
+def preflight(conf_dir: Path, argv: list[str]) -> None:
+    """Raise ConfigError for the first bad value of any job; returns quietly otherwise."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+
+    from fedbench.config import validate
+
+    overrides = hydra_overrides(argv)
+    if any("hydra/sweeper=" in a or a.startswith("hydra.sweeper") for a in overrides):
+        overrides = [a for a in overrides if not a.startswith("hydra")]  # a search: check the base config
+        jobs = [overrides_without_sweeps(overrides)]
+    else:
+        try:
+            jobs = expand_jobs([a for a in overrides if not a.startswith(("hydra.", "hydra/"))])
+        except OverrideParseException as exc:
+            raise ConfigError(f"cannot parse the overrides: {exc}") from None
+    for job in jobs[:MAX_JOBS_CHECKED]:
+        for item in job:
+            key, _, value = item.lstrip("+~").partition("=")
+            if key in GROUPS and value not in ("null", ""):
+                choices = group_choices(conf_dir, key)
+                if value not in choices:
+                    raise unknown_choice(key, value, choices)
+        try:
+            with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+                cfg = compose("config", overrides=job)
+        except MissingConfigException as exc:
+            raise ConfigError(str(exc).splitlines()[0]) from None
+        except ConfigCompositionException as exc:
+            cause = exc.__cause__ or exc
+            raise ConfigError(f"{str(exc).splitlines()[0]} ({str(cause).splitlines()[0]})") from None
+        validate(cfg)
+
+
+_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-name", "-cn", "--config-path", "-cp",
+                     "--config-dir", "-cd", "--experimental-rerun"}
+
+
+def hydra_overrides(argv: list[str]) -> list[str]:
+    """The key=value overrides of a Hydra command line, without its flags and their values."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a.startswith("-"):
+            skip = a in _FLAGS_WITH_VALUE
+        else:
+            out.append(a)
+    return out
+
+
+def overrides_without_sweeps(overrides: list[str]) -> list[str]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return [o.input_line for o in parsed if not o.is_sweep_override()]

@@ -1,0 +1,132 @@
+"""The MLflow record of one run: params, tags, per-round metrics, rounds-to-target, artifacts."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from fedbench.tracking.plots import plot_curves
+from fedbench.tracking.store import ensure_experiment, resolve_tracking_uri
+from fedbench.tracking.targets import format_rounds, rounds_to_target, target_key
+
+
+def flatten_config(cfg: DictConfig) -> dict[str, str]:
+    container = OmegaConf.to_container(cfg, resolve=True)
+    out: dict[str, str] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            out[prefix] = str(value)[:6000]
+
+    walk("", {k: v for k, v in container.items() if k != "hydra"})
+    return out
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip() or "unknown"
+    except Exception:
+        return "unknown"
+
+
+class Recorder:
+    """Buffers per-round metrics and writes them in batches (one MLflow call per flush)."""
+
+    def __init__(self, cfg: DictConfig, flush_seconds: float = 5.0):
+        from mlflow.tracking import MlflowClient
+
+        self.cfg = cfg
+        self.uri = resolve_tracking_uri(cfg.tracking.get("uri"))
+        self.client = MlflowClient(self.uri)
+        self.flush_seconds = flush_seconds
+        self._pending: list = []
+        self._last_flush = time.monotonic()
+        self.run_id: str | None = None
+
+    def check_reachable(self) -> None:
+        """Fail before training when the store cannot be reached."""
+        self.experiment_id = ensure_experiment(self.client, self.cfg.tracking.experiment, self.uri)
+
+    def start(self, tags: dict[str, str], run_id: str | None = None) -> str:
+        from mlflow.entities import Param, RunTag
+
+        if run_id is not None:  # resuming
+            self.run_id = run_id
+            self.client.update_run(run_id, status="RUNNING")
+            return run_id
+        run = self.client.create_run(self.experiment_id, run_name=self.cfg.tracking.get("run_name"), tags=tags)
+        self.run_id = run.info.run_id
+        params = [Param(k, v) for k, v in flatten_config(self.cfg).items()]
+        for i in range(0, len(params), 100):
+            self.client.log_batch(self.run_id, params=params[i : i + 100])
+        self.client.log_batch(self.run_id, tags=[RunTag("git_commit", git_commit())])
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "config.yaml"
+            path.write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
+            self.client.log_artifact(self.run_id, str(path))
+        return self.run_id
+
+    def log_round(self, metrics: dict[str, float], force: bool = False) -> None:
+        from mlflow.entities import Metric
+
+        step = int(metrics["round"])
+        stamp = int(time.time() * 1000)
+        self._pending += [Metric(k, float(v), stamp, step) for k, v in metrics.items() if k != "round"]
+        if force or time.monotonic() - self._last_flush > self.flush_seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        for i in range(0, len(self._pending), 1000):
+            self.client.log_batch(self.run_id, metrics=self._pending[i : i + 1000])
+        self._pending = []
+        self._last_flush = time.monotonic()
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def finish(self, history: list[dict[str, float]], status: str = "FINISHED", artifacts: bool = True) -> dict[str, Any]:
+        """Log rounds-to-target and artifacts, end the run; returns the summary."""
+        from mlflow.entities import Metric
+
+        self.flush()
+        rounds = int(self.cfg.rounds)
+        summary: dict[str, Any] = {"run_id": self.run_id, "status": status}
+        targets = {}
+        for t in self.cfg.get("targets") or []:
+            reached = rounds_to_target(history, float(t))
+            targets[float(t)] = reached
+            key = target_key(float(t))
+            self.set_tags({key: format_rounds(reached, rounds)})
+            if reached is not None:
+                self.client.log_batch(self.run_id, metrics=[Metric(key, reached, int(time.time() * 1000), 0)])
+        summary["rounds_to_target"] = targets
+        if artifacts and history:
+            frame = pd.DataFrame(history)
+            with tempfile.TemporaryDirectory() as tmp:
+                csv = Path(tmp) / "metrics.csv"
+                frame.to_csv(csv, index=False)
+                self.client.log_artifact(self.run_id, str(csv))
+                png = plot_curves(frame, Path(tmp) / "curves.png", f"{self.cfg.algorithm.name} on {self.cfg.dataset.name}")
+                if png is not None:
+                    self.client.log_artifact(self.run_id, str(png))
+        self.client.set_terminated(self.run_id, status=status)
+        return summary
+
+    def fail(self, round_: int, reason: str, status: str = "FAILED") -> None:
+        self.flush()
+        self.set_tags({"failure_round": str(round_), "failure_reason": reason})
+        self.client.set_terminated(self.run_id, status=status)

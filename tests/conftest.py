@@ -1,0 +1,42 @@
+"""Shared test helpers: compose configs, build federations, small runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+CONF = str(Path(__file__).resolve().parent.parent / "conf")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+torch.set_num_threads(1)
+
+
+def make_cfg(*overrides: str):
+    with initialize_config_dir(config_dir=CONF, version_base=None):
+        return compose("config", overrides=list(overrides))
+
+
+def require_data(available: bool, reason: str) -> None:
+    """Skip when a data set is absent, except in CI, where every data set is mandatory."""
+    if not available:
+        if IN_CI:
+            pytest.fail(f"mandatory in CI: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def tracking(tmp_path):
+    """A private MLflow store for a test: returns the override list."""
+    return [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", "tracking.artifacts=false"]
+
+
+def run_history(*overrides: str):
+    from fedbench.engine.build import build_federation
+    from fedbench.engine.loop import run
+
+    fed, _ = build_federation(make_cfg(*overrides))
+    return run(fed).history
