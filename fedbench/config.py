@@ -115,6 +115,8 @@ def validate(cfg: DictConfig) -> None:
     if engine.executor not in (*EXECUTORS, "auto"):
         raise unknown_choice("engine.executor", engine.executor, (*EXECUTORS, "auto"))
     _positive_int(cfg, "engine.client_chunk", minimum=0)
+    if engine.get("dtype", "float32") not in ("float32", "float64"):
+        raise unknown_choice("engine.dtype", engine.dtype, ("float32", "float64"))
     device = str(engine.device)
     check(
         device in ("auto", "cpu") or device.startswith("cuda") or device == "mps",

@@ -53,7 +53,9 @@ def build_federation(cfg: DictConfig) -> tuple[Federation, BuildInfo]:
             flat = build_model(cfg.model.name, dataset.input_shape, dataset.num_classes, **params_of(cfg.model))
         except (ValueError, RuntimeError) as exc:
             raise ConfigError(f"model {cfg.model.name!r} does not fit data set {cfg.dataset.name!r}: {exc}") from None
-    flat.module.to(device)
+    dtype = {"float32": torch.float32, "float64": torch.float64}[str(cfg.engine.dtype)]
+    flat.module.to(device=device, dtype=dtype)
+    dataset = dataset.cast(dtype)
     x0 = flat.initial_vector().to(device)
     try:  # a shape mismatch between model and data shows on one sample
         flat.forward_flat(x0, dataset.x_train[:1].to(device))

@@ -61,7 +61,7 @@ class RunState:
 def initial_state(fed: Federation) -> RunState:
     server = fed.algorithm.init(fed.x0)
     tables = {
-        name: ClientStateTable(spec, fed.client_state_device)
+        name: ClientStateTable(spec, fed.client_state_device, fed.x0.dtype)
         for name, spec in fed.algorithm.client_states().items()
     }
     return RunState(round=0, server=server, tables=tables)

@@ -55,3 +55,8 @@ def _image_shape(input_shape: tuple[int, ...]) -> tuple[int, int, int]:
     if side * side != math.prod(input_shape):
         raise ValueError(f"a CNN needs image inputs; got features of shape {input_shape}")
     return (1, side, side)
+
+
+@MODELS.register("linear", "linear model with bias (least squares, regression problems)")
+def linear(input_shape: tuple[int, ...], num_classes: int, bias: bool = True) -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes, bias=bias))
