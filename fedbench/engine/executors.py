@@ -6,6 +6,7 @@ with the same per-sample weights, so they agree to float rounding.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import torch
@@ -49,14 +50,24 @@ def make_grad_fn(flat: FlatModel, task: str, executor: str) -> GradFn:
 
         return grad_vmap
     if executor == "loop":
+        # Plain autograd on a private copy of the module whose parameters are pointed at each
+        # client's row in turn: the per-client loop of research code, without its state_dict copies.
+        module = copy.deepcopy(flat.module)
+        params = list(module.parameters())
 
         def grad_loop(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor) -> tuple[Tensor, Tensor]:
             G = torch.empty_like(X)
             losses = X.new_empty(X.shape[0])
             for i in range(X.shape[0]):
-                grads, loss = one(flat.unflatten(X[i]), xb[i], yb[i], wb[i])
-                G[i] = flat.flatten(grads, None)
-                losses[i] = loss
+                offset = 0
+                for p, size in zip(params, flat.sizes):
+                    p.data = X[i, offset : offset + size].view_as(p)
+                    offset += size
+                with torch.enable_grad():
+                    loss = (wb[i] * loss_of(module(xb[i]), yb[i])).sum()
+                    grads = torch.autograd.grad(loss, params)
+                torch.cat([g.reshape(-1) for g in grads], out=G[i])
+                losses[i] = loss.detach()
             return G, losses
 
         return grad_loop

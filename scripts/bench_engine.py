@@ -1,0 +1,174 @@
+"""Engine speed, side by side in one run on the same workload:
+
+  engine   fedbench's round (cohort sampling, minibatch streams, local SGD, aggregation),
+           with executor=vmap and executor=loop (and `auto`'s choice marked *)
+  seq      a sequential per-client PyTorch loop as research code writes it (one nn.Module reused
+           in place, autograd, torch.optim.SGD), same minibatches
+  bare     a bare vmap'd training loop with no FL logic (batches pre-gathered)
+
+for mclr, mlp_2nn and cnn at S in {10, 100} clients per round and B in {10, 50}, K local steps.
+Prints seconds per round (median over repeats) and the ratio engine(auto) / min(seq, bare).
+
+    python scripts/bench_engine.py [--steps 5] [--repeats 5] [--models mclr,mlp_2nn,cnn]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from hydra import compose, initialize_config_dir
+from torch.func import functional_call, grad, vmap
+
+from fedbench.cli import CONF_DIR
+from fedbench.engine.build import build_federation
+from fedbench.engine.local import LocalWork
+from fedbench.engine.loop import initial_state, run_round
+
+
+def federation(model: str, S: int, B: int, K: int, executor: str):
+    overrides = [
+        "dataset=fmnist", f"model={model}", "partition=iid", f"num_clients={max(S, 100)}", f"clients_per_round={S}",
+        "local_epochs=null", f"local_steps={K}", f"batch_size={B}", "eta_l=0.05", f"engine.executor={executor}",
+        "eval_every=0",
+    ]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=overrides)
+    return build_federation(cfg)
+
+
+def time_engine(fed, repeats: int) -> float:
+    state = initial_state(fed)
+    run_round(fed, state)  # warm-up
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        run_round(fed, state)
+        state.round += 1
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+class CohortBatches:
+    """Round 0's minibatch indices, fixed in advance; each pass gathers the samples per step, as
+    any training loop over in-memory data must."""
+
+    def __init__(self, fed, K: int):
+        from fedbench.engine.streams import sample_cohort
+
+        ids = torch.tensor(sample_cohort(fed.seed, 0, fed.clients.num_clients, fed.clients_per_round))
+        work = LocalWork(fed.clients, ids, 0, fed.eta_l, fed.batch_size, None, K)
+        self.x, self.y = fed.clients.x, fed.clients.y
+        self.index = []
+        for t in range(K):
+            epoch = t // work.steps_per_epoch
+            perm = work._permutation(epoch)
+            pos = (t - epoch * work.steps_per_epoch)[:, None] * work.per_batch[:, None] + torch.arange(fed.batch_size)
+            self.index.append(torch.gather(work._index, 1, torch.gather(perm, 1, pos)))
+
+    def __iter__(self):
+        for idx in self.index:
+            yield self.x[idx], self.y[idx]
+
+    def client(self, i: int):
+        for idx in self.index:
+            yield self.x[idx[i]], self.y[idx[i]]
+
+    @property
+    def cohort_size(self) -> int:
+        return self.index[0].shape[0]
+
+
+def time_sequential(fed, batches, repeats: int) -> float:
+    module = fed.flat.module
+    x0 = fed.x0
+    S = batches.cohort_size
+    loss_fn = torch.nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(module.parameters(), lr=fed.eta_l)
+
+    def one_round():
+        acc = torch.zeros_like(x0)
+        for i in range(S):
+            torch.nn.utils.vector_to_parameters(x0, module.parameters())
+            for xb, yb in batches.client(i):
+                opt.zero_grad(set_to_none=True)
+                loss_fn(module(xb), yb).backward()
+                opt.step()
+            acc += torch.nn.utils.parameters_to_vector(module.parameters())
+        return acc / S
+
+    one_round()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        one_round()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def time_bare_vmap(fed, batches, repeats: int) -> float:
+    flat = fed.flat
+    module = flat.module
+    S = batches.cohort_size
+
+    def loss(params, xb, yb):
+        return torch.nn.functional.cross_entropy(functional_call(module, params, (xb,)), yb)
+
+    g = vmap(grad(loss))
+
+    def one_round():
+        X = fed.x0.expand(S, -1).clone()
+        for xb, yb in batches:
+            grads = g(flat.unflatten(X), xb, yb)
+            X = X - fed.eta_l * torch.cat([grads[n].reshape(S, -1) for n in flat.names], 1)
+        return X.mean(0)
+
+    one_round()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        one_round()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--models", default="mclr,mlp_2nn,cnn")
+    parser.add_argument("--cohorts", default="10,100")
+    parser.add_argument("--batches", default="10,50")
+    parser.add_argument("--threads", type=int, default=0)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, K={args.steps} local steps, s/round (median)")
+    header = f"{'model':<8} {'S':>4} {'B':>3} | {'eng-vmap':>9} {'eng-loop':>9} | {'seq':>9} {'bare':>9} | {'auto/best':>9} {'seq/auto':>8}"
+    print(header)
+    print("-" * len(header))
+    for model in args.models.split(","):
+        for S in map(int, args.cohorts.split(",")):
+            for B in map(int, args.batches.split(",")):
+                fed_v, info_v = federation(model, S, B, args.steps, "vmap")
+                fed_l, _ = federation(model, S, B, args.steps, "loop")
+                _, info_a = federation(model, S, B, args.steps, "auto")
+                batches = CohortBatches(fed_v, args.steps)
+                t_v = time_engine(fed_v, args.repeats)
+                t_l = time_engine(fed_l, args.repeats)
+                t_seq = time_sequential(fed_v, batches, args.repeats)
+                t_bare = time_bare_vmap(fed_v, batches, args.repeats)
+                t_auto = t_v if info_a.executor == "vmap" else t_l
+                best = min(t_seq, t_bare)
+                mark_v, mark_l = ("*", " ") if info_a.executor == "vmap" else (" ", "*")
+                print(
+                    f"{model:<8} {S:>4} {B:>3} | {t_v:>8.4f}{mark_v} {t_l:>8.4f}{mark_l} | {t_seq:>9.4f} {t_bare:>9.4f} | "
+                    f"{t_auto / best:>9.2f} {t_seq / t_auto:>8.2f}",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
