@@ -22,6 +22,8 @@ CHECKPOINT_NAME = "checkpoint.pt"
 def quiet_libraries() -> None:
     import logging
 
+    import mlflow  # noqa: F401  (configures its loggers on import: silence them afterwards)
+
     for name in ("mlflow", "alembic", "matplotlib", "urllib3"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
