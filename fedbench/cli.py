@@ -133,6 +133,15 @@ def list_choices() -> None:
             typer.echo(f"  {name:<16} {doc}")
 
 
+def _register_subcommands() -> None:
+    from fedbench.attacks.cli import app as attack_app
+
+    app.add_typer(attack_app, name="attack")
+
+
+_register_subcommands()
+
+
 def entrypoint() -> None:
     try:
         app()

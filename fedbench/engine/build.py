@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from omegaconf import DictConfig
 
@@ -41,10 +42,15 @@ def build_federation(cfg: DictConfig) -> tuple[Federation, BuildInfo]:
             k: v for k, v in params_of(cfg.dataset).items() if k not in ("root", "download")
         }
     )
+    positive = cfg.data.get("binary_classes")
+    if positive:
+        if dataset.task != "classification":
+            raise ConfigError(f"data.binary_classes needs a classification data set; {cfg.dataset.name} is {dataset.task}")
+        dataset = dataset.to_binary(list(positive))
     owner = None if dataset.train_owner is None else dataset.train_owner.numpy()
     parts = make_partition(
         cfg.partition.name, dataset.y_train.numpy() if dataset.task == "classification" else
-        dataset.y_train.numpy().round().astype(int), cfg.num_clients, cfg.seed, owner=owner,
+        dataset.y_train.numpy().round().astype(np.int64), cfg.num_clients, cfg.seed, owner=owner,
         **params_of(cfg.partition),
     )
     with torch.random.fork_rng(devices=[]):
