@@ -341,3 +341,23 @@ def test_augmentation_through_the_engine_is_chunk_and_executor_invariant(tmp_pat
     c = model_after("dataset.augment=false", "engine.client_chunk=4", "engine.executor=vmap")
     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
     assert not torch.allclose(a, c, atol=1e-6)
+
+
+def test_mnist_normalisation_and_binary_options(tmp_path):
+    from test_data import write_mnist_like
+
+    data = write_mnist_like(tmp_path / "mnist")
+    raw = load("mnist", tmp_path, mean=None, std=None)
+    torch.testing.assert_close(raw.x_train[2, 0], torch.from_numpy(data["train"][0][2]).float() / 255)
+    binary = load("mnist", tmp_path, binary=True)
+    assert binary.task == "binary" and binary.num_classes == 1
+    assert binary.y_test.tolist() == (data["t10k"][1] > 5).astype(float).tolist()
+
+
+@pytest.mark.parametrize("name,kwargs,match", [
+    ("esr", {}, "Epileptic Seizure Recognition.csv"), ("shakespeare", {}, "input.txt"),
+    ("shakespeare", {"source": "leaf"}, "train/\\*.json"), ("cifar100", {}, "cifar-100-python"),
+])
+def test_missing_files_say_where_to_put_what(tmp_path, name, kwargs, match):
+    with pytest.raises(DataUnavailableError, match=match):
+        load(name, tmp_path, **kwargs)
