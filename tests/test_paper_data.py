@@ -361,3 +361,35 @@ def test_mnist_normalisation_and_binary_options(tmp_path):
 def test_missing_files_say_where_to_put_what(tmp_path, name, kwargs, match):
     with pytest.raises(DataUnavailableError, match=match):
         load(name, tmp_path, **kwargs)
+
+
+def test_pfl_pools_and_splits_per_client():
+    from fedbench.data.skews import pfl_separate, pfl_train_test
+
+    base = load("digits", "data")
+    ds = load("pfl", "data", base="digits", num_users=5, least_samples=2, rng_seed=1)
+    pooled_y = torch.cat([base.y_train, base.y_test]).numpy()
+    pooled_x = torch.cat([base.x_train, base.x_test])
+    rs = np.random.RandomState(1)
+    train, test = pfl_train_test(pfl_separate(pooled_y, 5, rs, 2), pooled_y, rs, 0.75)
+    assert len(ds.y_train) + len(ds.y_test) == len(pooled_y)
+    assert torch.equal(ds.x_test, pooled_x[np.concatenate(test)])
+    for u in range(5):
+        mine = ds.train_owner == u
+        assert torch.equal(ds.x_train[mine], pooled_x[train[u]])
+        assert abs(len(train[u]) - 3 * len(test[u])) <= 4  # 75/25 per client
+    with pytest.raises(ConfigError, match="dataset.base"):
+        load("pfl", "data", base="pfl")
+    with pytest.raises(ConfigError, match="base_args"):
+        load("pfl", "data", base="digits", base_args={"nonsense": 1})
+
+
+def test_pfl_config_builds_a_federation_of_its_users():
+    from fedbench.engine.build import build_federation
+
+    fed, info = build_federation(make_cfg(
+        "dataset=mnist_pfl", "dataset.base=digits", "~dataset.base_args", "dataset.num_users=4",
+        "dataset.least_samples=2", "partition=natural", "num_clients=4", "clients_per_round=4", "model=cnn_fedsso"))
+    owner = fed.dataset.train_owner
+    assert fed.clients.size.tolist() == torch.bincount(owner).tolist()
+    assert info.num_train + info.num_test == 1797 and info.dim == 6230 - 196 * 30 + 16 * 30

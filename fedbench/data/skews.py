@@ -186,7 +186,8 @@ def pfl_train_test(
     from sklearn.model_selection import train_test_split
 
     train, test = [], []
-    for p in parts:
+    for i, p in enumerate(parts):
+        check(len(p) >= 2, f"pfl_noniid: client {i} got {len(p)} samples, too few to split; use fewer clients")
         _, counts = np.unique(labels[p], return_counts=True)
         tr, te = train_test_split(
             p, train_size=train_size, shuffle=True, random_state=rs, stratify=labels[p] if counts.min() > 1 else None
