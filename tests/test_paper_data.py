@@ -393,3 +393,16 @@ def test_pfl_config_builds_a_federation_of_its_users():
     owner = fed.dataset.train_owner
     assert fed.clients.size.tolist() == torch.bincount(owner).tolist()
     assert info.num_train + info.num_test == 1797 and info.dim == 6230 - 196 * 30 + 16 * 30
+
+
+def test_make_classification_proxy():
+    from sklearn.datasets import make_classification
+
+    ds = load("make_classification", "data", n_samples=600, n_test=100, seed=3)
+    assert ds.x_train.shape == (500, 40) and ds.x_test.shape == (100, 40) and ds.num_classes == 10
+    x, y = make_classification(n_samples=600, n_features=40, n_informative=20, n_redundant=5, n_classes=10,
+                               n_clusters_per_class=2, class_sep=1.0, flip_y=0.02, random_state=3)
+    allx = torch.cat([ds.x_test, ds.x_train])
+    assert allx.mean(0).abs().max() < 1e-5 and (allx.std(0, unbiased=False) - 1).abs().max() < 1e-4
+    assert sorted(torch.cat([ds.y_test, ds.y_train]).tolist()) == sorted(y.tolist())
+    assert torch.equal(load("make_classification", "data", n_samples=600, n_test=100, seed=3).x_test, ds.x_test)

@@ -16,6 +16,8 @@ COUNTS = [  # (model, input shape, classes, kwargs, parameters stated in the spe
     ("cnn_composite", (1, 28, 28), 10, {}, 306_954),  # composite.md §4.2
     ("cnn_fedsso", (1, 28, 28), 10, {}, 6_230),  # fedsso.md §4.4
     ("lenet", (3, 32, 32), 10, {}, 49_402),
+    ("lenet_fedspeed", (3, 32, 32), 10, {}, 797_962),  # fedspeed.md §4.2, fc 1600-384-192
+    ("mlp_2nn", (40,), 10, {"hidden": 64}, 7_434),  # fedspeed.md §7.3 proxy MLP 40-64-64-10
     ("mclr", (1, 28, 28), 10, {"zero_init": True}, 7_850),
     ("mclr", (50, 65), 65, {}, 211_315),  # FedSSO Shakespeare: 50 x 65 one-hot -> 65
     ("mclr", (3, 32, 32), 10, {}, 30_730),
@@ -43,6 +45,7 @@ VMAP_CASES = [  # small inputs keep the loop-vs-vmap check quick on 2 cores
     ("cnn_composite", (1, 28, 28), 10, "classification", {}),
     ("cnn_fedsso", (1, 28, 28), 10, "classification", {}),
     ("lenet", (3, 32, 32), 10, "classification", {}),
+    ("lenet_fedspeed", (3, 32, 32), 10, "classification", {}),
     ("resnet18_gn", (3, 16, 16), 10, "classification", {}),
     ("resnet18_gn", (3, 8, 8), 5, "classification", {"cifar_stem": True}),
     ("logreg", (22,), 1, "binary", {"zero_init": False}),

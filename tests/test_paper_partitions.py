@@ -30,11 +30,12 @@ def covers_once(parts, n):
 def test_fedadmm_shards(m):
     # fedadmm.md §4.3: 2m shards of 60,000/(2m); with FMNIST's 6,000 per class every shard is
     # single-label (1 or 2 classes per client); with MNIST's uneven counts at most 4.
-    for counts, max_labels in (([6000] * 10, 2), (MNIST_TRAIN, 4)):
+    for counts, max_labels in (([6000] * 10, 2), ([5000] * 10, 2), (MNIST_TRAIN, 4)):  # FMNIST, CIFAR-10, MNIST
         labels = labels_of(counts)
+        n = len(labels)
         parts = make_partition("shards", labels, m, seed=0, shards_per_client=2)
-        assert covers_once(parts, 60000)
-        assert {len(p) for p in parts} == {60000 // m}
+        assert covers_once(parts, n)
+        assert {len(p) for p in parts} == {n // m}
         assert max(np.count_nonzero(label_counts(labels, p)) for p in parts) <= max_labels
 
 

@@ -166,3 +166,32 @@ def libsvm(
     y_train, y_test = (np.array([code[v] for v in y]) for y in (y_train, y_test))
     name = set if path is None else Path(path).name
     return _tensors(x_train, y_train, x_test, y_test, binary, len(classes), f"libsvm:{name}")
+
+
+@DATASETS.register("make_classification", "scikit-learn make_classification (FedSpeed's CPU proxy: 40 features, 10 classes)")
+def make_classification(
+    root: str = "data",
+    download: bool = False,
+    n_samples: int = 12000,
+    n_test: int = 2000,
+    n_features: int = 40,
+    n_informative: int = 20,
+    n_redundant: int = 5,
+    n_classes: int = 10,
+    n_clusters_per_class: int = 2,
+    class_sep: float = 1.0,
+    flip_y: float = 0.02,
+    seed: int = 0,
+) -> Dataset:
+    """fedspeed.md §7.3 `proxy_synth`: features standardised, rows shuffled, the first `n_test` rows
+    are the test set. Offline (sklearn's generator)."""
+    from sklearn.datasets import make_classification as generate
+
+    check(0 < n_test < n_samples, f"dataset.n_test must be in (0, n_samples={n_samples}), got {n_test}")
+    x, y = generate(n_samples=n_samples, n_features=n_features, n_informative=n_informative, n_redundant=n_redundant,
+                    n_classes=n_classes, n_clusters_per_class=n_clusters_per_class, class_sep=class_sep, flip_y=flip_y,
+                    random_state=seed)
+    x = (x - x.mean(0)) / x.std(0)
+    perm = np.random.default_rng(seed).permutation(n_samples)
+    x, y = x[perm], y[perm]
+    return _tensors(x[n_test:], y[n_test:], x[:n_test], y[:n_test], False, n_classes, "make_classification")

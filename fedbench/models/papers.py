@@ -86,7 +86,7 @@ def cnn_fedsso(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
 @MODELS.register("lenet", "FedSSO LeNet (CIFAR-10, 'Cifar10LeNetSmall'): conv5x5 6, 12, FC 120-84; 49,402")
 def lenet(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     channels, height, width = _image_shape(input_shape)
-    side = lambda n: ((n - 4) // 2 - 4) // 2  # two valid 5x5 convs, each followed by a 2x2 pool
+    side = lambda n: ((n - 4) // 2 - 4) // 2  # noqa: E731  (two valid 5x5 convs, each + 2x2 pool)
     flat = 12 * side(height) * side(width)
     return nn.Sequential(
         nn.Conv2d(channels, 6, 5), nn.ReLU(), nn.MaxPool2d(2),
@@ -126,3 +126,17 @@ def mlp_sent140(input_shape: tuple[int, ...], num_classes: int, hidden: list[int
         layers += [nn.Linear(a, b), nn.ReLU()]
     layers.append(nn.Linear(widths[-1], num_classes))
     return nn.Sequential(*layers)
+
+
+@MODELS.register("lenet_fedspeed", "FedSpeed code's LeNet-style CNN: conv5x5 64, 64 + pools, FC 384-192 (cheap CIFAR proxy)")
+def lenet_fedspeed(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """fedspeed.md §4.2: conv5x5(3->64) -> pool -> conv5x5(64->64) -> pool -> fc 1600-384-192-C (797,962 on CIFAR-10)."""
+    channels, height, width = _image_shape(input_shape)
+    side = lambda n: ((n - 4) // 2 - 4) // 2  # noqa: E731
+    return nn.Sequential(
+        nn.Conv2d(channels, 64, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(64, 64, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * side(height) * side(width), 384), nn.ReLU(),
+        nn.Linear(384, 192), nn.ReLU(),
+        nn.Linear(192, num_classes),
+    )
