@@ -78,7 +78,9 @@ def show(
     fp = fingerprint(parts)
     typer.echo(f"dataset={cfg.dataset.name} partition={cfg.partition.name} clients={len(parts)} seed={cfg.seed} "
                f"fingerprint={fp}")
-    typer.echo(f"train samples used: {int(sizes.sum())} of {len(dataset.y_train)}; client size mean {sizes.mean():.2f}, "
+    distinct = len(np.unique(np.concatenate(parts)))  # some splits (dirichlet_balanced) reuse samples
+    typer.echo(f"train samples assigned: {int(sizes.sum())} ({distinct} distinct) of {len(dataset.y_train)}; "
+               f"client size mean {sizes.mean():.2f}, "
                f"stdev {sizes.std(ddof=1) if len(sizes) > 1 else 0.0:.2f}, min {sizes.min()}, max {sizes.max()}; "
                f"labels per client mean {np.count_nonzero(counts, 1).mean():.2f}")
     shown = range(len(parts)) if rows <= 0 else range(min(rows, len(parts)))
