@@ -27,7 +27,8 @@ def pfl(
     """`rng_seed=1` is the authors' np.random.seed(1): with MNIST and 20 users it gives their
     published client label counts and test splits exactly (tests/test_paper_partitions.py)."""
     if base == "pfl" or base not in DATASETS:
-        raise ConfigError(f"dataset.base must name another data set ({', '.join(n for n in DATASETS.names() if n != 'pfl')}), got {base!r}")
+        others = ", ".join(n for n in DATASETS.names() if n != "pfl")
+        raise ConfigError(f"dataset.base must name another data set ({others}), got {base!r}")
     check(num_users >= 2, f"dataset.num_users must be >= 2, got {num_users}")
     check(0 < train_size < 1, f"dataset.train_size must be in (0, 1), got {train_size}")
     try:

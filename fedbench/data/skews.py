@@ -76,7 +76,7 @@ def label_k_partition(labels: np.ndarray, num_clients: int, rng: np.random.Gener
     return [np.sort(np.concatenate(p)) for p in parts]
 
 
-@PARTITIONS.register("composite_mnist", "composite FL §4.2: half uniform (equal shares), the other half by label (client k gets label k)")
+@PARTITIONS.register("composite_mnist", "composite FL §4.2: half uniform, the other half by label (client k gets label k)")
 def composite_mnist_partition(
     labels: np.ndarray, num_clients: int, rng: np.random.Generator, uniform_fraction: float = 0.5
 ) -> list[np.ndarray]:
@@ -98,7 +98,8 @@ def quantity_skew_partition(
 ) -> list[np.ndarray]:
     """Shares q_i proportional to log-normal draws; client i gets ~q_i * n shuffled samples (at least `min_size`)."""
     check(sigma >= 0, f"partition.sigma must be >= 0, got {sigma}")
-    check(min_size * num_clients <= len(labels), f"partition.min_size={min_size} x {num_clients} clients exceeds {len(labels)} samples")
+    check(min_size * num_clients <= len(labels),
+          f"partition.min_size={min_size} x {num_clients} clients exceeds {len(labels)} samples")
     share = rng.lognormal(0.0, sigma, num_clients)
     extra = len(labels) - min_size * num_clients
     sizes = min_size + np.floor(share / share.sum() * extra).astype(int)
@@ -106,7 +107,7 @@ def quantity_skew_partition(
     return [np.sort(p) for p in np.split(rng.permutation(len(labels)), np.cumsum(sizes)[:-1])]
 
 
-@PARTITIONS.register("dirichlet_balanced", "FedSpeed: equal client sizes, per-client label priors ~ Dir(alpha); classes refilled (reuse)")
+@PARTITIONS.register("dirichlet_balanced", "FedSpeed: equal sizes, per-client label priors ~ Dir(alpha), classes refilled")
 def dirichlet_balanced_partition(
     labels: np.ndarray, num_clients: int, rng: np.random.Generator, alpha: float = 0.6
 ) -> list[np.ndarray]:

@@ -136,7 +136,8 @@ def libsvm(
         train_file, test_file, kind = LIBSVM_SETS[set]
         folder = Path(root) / "libsvm"
         locate = lambda f: next((folder / n for n in (f, f.removesuffix(".bz2")) if (folder / n).is_file()), None)  # noqa: E731
-        hint = f"libsvm set {set!r} not found: place {train_file} and {test_file} (or unpacked) from {LIBSVM_URL}/{kind}/ in {folder}"
+        hint = (f"libsvm set {set!r} not found: place {train_file} and {test_file} (or unpacked) "
+                f"from {LIBSVM_URL}/{kind}/ in {folder}")
         if (locate(train_file) is None or locate(test_file) is None) and download:
             for f in (train_file, test_file):
                 _download(f"{LIBSVM_URL}/{kind}/{f}", folder, set, hint)

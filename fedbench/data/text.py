@@ -52,7 +52,9 @@ def _leaf_or_raise(root: str, name: str) -> tuple[Path, Path]:
     return found
 
 
-def _owner_train_test(n_users: int, per_user: list[int], test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _owner_train_test(
+    n_users: int, per_user: list[int], test_fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-user seeded train/test split of contiguous user blocks: (train idx, test idx, owner of train)."""
     rng = np.random.default_rng(seed)
     train, test, owner, start = [], [], [], 0
