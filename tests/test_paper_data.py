@@ -406,3 +406,14 @@ def test_make_classification_proxy():
     assert allx.mean(0).abs().max() < 1e-5 and (allx.std(0, unbiased=False) - 1).abs().max() < 1e-4
     assert sorted(torch.cat([ds.y_test, ds.y_train]).tolist()) == sorted(y.tolist())
     assert torch.equal(load("make_classification", "data", n_samples=600, n_test=100, seed=3).x_test, ds.x_test)
+
+
+def test_crop_flip_probabilities():
+    x = torch.rand(1, 4000, 1, 5, 5)
+    keys = torch.arange(4000)[None] * 7919 + 13
+    flipped = RandomCropFlip(pad=0, crop_prob=0.0, flip_prob=0.5)(x, keys)
+    share = (flipped != x).flatten(2).any(-1).float().mean()
+    assert 0.46 < share < 0.54
+    cropped = RandomCropFlip(pad=2, crop_prob=0.5, flip_prob=0.0)(x, keys)
+    unchanged = (cropped == x).flatten(2).all(-1).float().mean()
+    assert 0.48 < unchanged < 0.56  # no crop (1/2) or the centred window (1/2 x 1/25)
