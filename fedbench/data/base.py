@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -30,6 +31,7 @@ class Dataset:
     task: str = "classification"
     name: str = ""
     train_owner: Tensor | None = None  # client id of each training sample, for natural partitions
+    augment: Callable[[Tensor, Tensor], Tensor] | None = None  # minibatch transform (x, keys) -> x, data/augment.py
 
     @property
     def input_shape(self) -> tuple[int, ...]:

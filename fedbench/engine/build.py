@@ -72,7 +72,9 @@ def build_federation(cfg: DictConfig) -> tuple[Federation, BuildInfo]:
     if executor == "auto":
         executor = auto_executor(cfg.model.name, device)
     grad_fn = make_grad_fn(flat, dataset.task, executor)
-    clients = ClientData.from_partition(dataset.x_train, dataset.y_train, parts, cfg.seed, grad_fn, cfg.loss_scale)
+    clients = ClientData.from_partition(
+        dataset.x_train, dataset.y_train, parts, cfg.seed, grad_fn, cfg.loss_scale, transform=dataset.augment
+    )
     algorithm = build_algorithm(cfg)
     algorithm.setup(
         Setting(
