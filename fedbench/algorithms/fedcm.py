@@ -38,7 +38,7 @@ class FedCM(Algorithm):
     def client_update(self, down: State, client: State, work) -> tuple[State, State]:
         x, m = down["x"], down["momentum"]
         y = local_sgd(work, x, lambda t, Y, G, batch: self.alpha * G + (1 - self.alpha) * m)
-        step_length = work.steps.clamp(min=1).to(x.dtype) * work.lr  # K_i eta_l
+        step_length = work.steps.to(x.dtype) * work.lr  # K_i eta_l
         return {"delta": y - x, "step_length": step_length}, client
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:

@@ -64,7 +64,7 @@ class Scaffold(Algorithm):
         if self.option == "I":  # line 12 (i): c_i+ = g_i(x), here the full local gradient
             c_new, _ = work.full_grad(x.expand(work.num_clients, -1))
         else:  # line 12 (ii): c_i+ = c_i - c + (x - y_i) / (K_i eta_l), each client's own K_i
-            K = work.steps.clamp(min=1).to(x.dtype)[:, None]
+            K = work.steps.to(x.dtype)[:, None]
             c_new = c_i - c + (x - y) / (K * work.lr)
         return {"dy": y - x, "dc": c_new - c_i}, {"c": c_new}  # lines 13-14
 
