@@ -8,13 +8,15 @@ from torch import Tensor
 
 from conftest import make_cfg
 from fedbench.engine.build import build_federation
-from fedbench.engine.loop import Federation, RunState, run
+from fedbench.engine.loop import Federation, RunState, initial_state, run, run_round
 
 N = 8
-# full local gradients, constant step, float64; each client's optimum differs (heterogeneity 1)
+# N = 8 clients with their own feature shifts and optima (d = 5 + bias), 5 local steps on full
+# local batches with a constant step (eta_l * L_max ~ 0.9), float64
 LSTSQ = [
-    "dataset=lstsq", "partition=natural", "model=linear", f"num_clients={N}", "batch_size=0",
-    "engine.dtype=float64", "local_epochs=null", "local_steps=5", "eta_l=0.03", "eval_every=0",
+    "dataset=lstsq", "dataset.dim=5", "dataset.heterogeneity=0.5", "partition=natural", "model=linear",
+    f"num_clients={N}", "batch_size=0", "engine.dtype=float64", "local_epochs=null", "local_steps=5",
+    "eta_l=0.1", "eval_every=0",
 ]
 # minibatches and partial participation: the random streams matter
 STOCHASTIC = [*LSTSQ, "clients_per_round=3", "batch_size=5", "local_steps=3", "rounds=2"]
@@ -27,6 +29,21 @@ def build(*overrides: str) -> Federation:
 def train(*overrides: str) -> tuple[Federation, RunState]:
     fed = build(*overrides)
     return fed, run(fed)
+
+
+def run_until(fed: Federation, residual, tol: float, max_rounds: int) -> tuple[float, Tensor]:
+    """Train until residual(model) < tol (checked every 10 rounds) or max_rounds; (residual, model)."""
+    state = initial_state(fed)
+    value, x = float("inf"), fed.x0
+    while state.round < max_rounds:
+        run_round(fed, state)
+        state.round += 1
+        if state.round % 10 == 0:
+            x = fed.algorithm.model(state.server)
+            value = float(residual(x))
+            if value < tol:
+                break
+    return value, x
 
 
 def client_data(fed: Federation, i: int) -> tuple[Tensor, Tensor]:
