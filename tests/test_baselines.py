@@ -158,6 +158,42 @@ def test_scaffold_option_II_variate_is_the_mean_gradient_along_each_clients_own_
         assert torch.allclose(up["dc"][s], new["c"][s] - c_i[s], rtol=0, atol=1e-15)
 
 
+LOCAL_STEP = {  # overrides, down/client state to draw, and the direction of one step at y
+    "fedprox": (["algorithm.mu=0.3"], [], [], lambda y, g, gx, x, s, dn, cl: g + 0.3 * (y - x)),
+    "scaffold": ([], ["c"], ["c"], lambda y, g, gx, x, s, dn, cl: g - cl["c"][s] + dn["c"]),
+    "feddyn": (["algorithm.alpha=0.4"], [], ["g"], lambda y, g, gx, x, s, dn, cl: g - cl["g"][s] + 0.4 * (y - x)),
+    "fedcm": (["algorithm.alpha=0.2"], ["momentum"], [], lambda y, g, gx, x, s, dn, cl: 0.2 * g + 0.8 * dn["momentum"]),
+    "mime_svrg": ([], ["c"], [], lambda y, g, gx, x, s, dn, cl: g - gx + dn["c"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOCAL_STEP))
+def test_local_steps_follow_the_papers_direction(name):
+    """Each client's local path, replayed by hand with closed-form full-batch gradients."""
+    overrides, down_keys, client_keys, direction = LOCAL_STEP[name]
+    fed = build(*LSTSQ, "clients_per_round=3", f"algorithm={name}", *overrides)
+    gen = torch.Generator().manual_seed(1)
+    d = fed.x0.numel()
+
+    def draw(*shape):
+        return 0.1 * torch.randn(*shape, d, generator=gen, dtype=fed.x0.dtype)
+
+    ids, K, lr = [0, 2, 7], [1, 3, 2], 0.07  # unequal local work, lr != eta_l
+    work = LocalWork(fed.clients, torch.tensor(ids), 0, lr, 0, torch.tensor(K), None)
+    x = fed.x0 + draw()
+    down = {"x": x, **{k: draw() for k in down_keys}}
+    client = {k: draw(3) for k in client_keys}
+    up, new_client = fed.algorithm.client_update(down, client, work)
+    delta = up.get("delta", up.get("dy"))
+    for s, (i, k) in enumerate(zip(ids, K)):
+        y = x.clone()
+        for _ in range(k):
+            y = y - lr * direction(y, local_grad(fed, i, y), local_grad(fed, i, x), x, s, down, client)
+        assert torch.allclose(delta[s], y - x, rtol=0, atol=1e-13)
+        if name == "feddyn":  # grad L_k(theta_k^t) = grad L_k(theta_k^{t-1}) - alpha (theta_k^t - theta^{t-1})
+            assert torch.allclose(new_client["g"][s], client["g"][s] - 0.4 * (y - x), rtol=0, atol=1e-13)
+
+
 def test_fedcm_momentum_is_the_mean_pseudo_gradient_per_unit_step():
     fed = build(*STOCHASTIC, "algorithm=fedcm", "rounds=1", "eta_l_decay=0.5", "eta_g=1")
     state = initial_state(fed)
