@@ -31,20 +31,22 @@ class Scaffold(Algorithm):
     lam: float = 0.0  # Psi's weight lambda
     shape: list[int] | None = None  # (rows, cols) of the matrix model, nuclear norm only
 
-    @property
-    def psi(self) -> Regularizer:
-        return Regularizer(self.regularizer, float(self.lam), None if self.shape is None else tuple(self.shape))
+    def __post_init__(self):
+        # Regularizer checks the kind, lam and shape (a ConfigError on bad values)
+        self.psi = Regularizer(self.regularizer, float(self.lam), None if self.shape is None else tuple(self.shape))
 
     def validate(self) -> None:
         if self.option not in OPTIONS:
             raise unknown_choice("algorithm.option", self.option, OPTIONS)
-        self.psi  # noqa: B018 -- Regularizer checks its own fields
 
     def setup(self, setting: Setting) -> None:
         super().setup(setting)
         if self.regularizer == "nuclear":
             rows, cols = self.psi.shape
-            check(rows * cols == setting.dim, f"algorithm.shape={list(self.shape)} has {rows * cols} entries; the model has d={setting.dim}")
+            check(
+                rows * cols == setting.dim,
+                f"algorithm.shape={list(self.shape)} has {rows * cols} entries; the model has d={setting.dim}",
+            )
 
     def init(self, x0):
         return {"x": x0.clone(), "c": torch.zeros_like(x0)}
@@ -57,9 +59,8 @@ class Scaffold(Algorithm):
 
     def client_update(self, down: State, client: State, work) -> tuple[State, State]:
         x, c, c_i = down["x"], down["c"], client["c"]
-        psi = self.psi
         y = local_sgd(  # lines 7-11: y_i <- y_i - eta_l (g_i(y_i) - c_i + c)
-            work, x, lambda t, Y, G, batch: G - c_i + c, prox=psi.prox if psi.active else None
+            work, x, lambda t, Y, G, batch: G - c_i + c, prox=self.psi.prox if self.psi.active else None
         )
         if self.option == "I":  # line 12 (i): c_i+ = g_i(x), here the full local gradient
             c_new, _ = work.full_grad(x.expand(work.num_clients, -1))
