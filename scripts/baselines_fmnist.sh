@@ -9,7 +9,7 @@ COMMON=(dataset=fmnist partition=dirichlet partition.alpha=0.3 model=mlp_2nn num
         local_epochs=1 batch_size=50 eta_l=0.05 rounds="$ROUNDS" eval_every="$ROUNDS" seed=0 engine.threads=1
         tracking.uri="$STORE")
 while read -r name overrides; do
-  fedbench run "${COMMON[@]}" algorithm="$name" $overrides || echo "$name failed" >&2
+  fedbench run "${COMMON[@]}" algorithm="$name" $overrides < /dev/null || echo "$name failed" >&2
 done <<'LIST'
 fedavg
 fedprox
