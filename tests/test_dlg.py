@@ -7,7 +7,14 @@ import torch
 
 from conftest import make_cfg
 from fedbench.algorithms import load_all
-from fedbench.attacks.dlg import dlg_attack, observation_for, observe, observed_gradient, observed_model_change
+from fedbench.attacks.dlg import (
+    dlg_attack,
+    observation_for,
+    observe,
+    observed_first_upload,
+    observed_gradient,
+    observed_model_change,
+)
 from fedbench.engine.build import build_federation
 
 ONE_SAMPLE = [
@@ -48,9 +55,22 @@ def test_fedavg_observation_is_mean_local_direction():
 def test_observation_table():
     """losac.md §5: DSGD and MimeSVRG leak their gradient; model-delta algorithms leak (x - x+)/(eta T)."""
     assert observation_for("dsgd") is observed_gradient
-    assert observation_for("mimesvrg") is observed_gradient
+    assert observation_for("mime_svrg") is observed_first_upload
     for name in ("fedavg", "scaffold", "losac"):
         assert observation_for(name) is observed_model_change
-    for name in ("dsgd", "mimesvrg", "fedavg", "scaffold", "losac"):
+    for name in ("dsgd", "mime_svrg", "fedavg", "scaffold", "losac"):
         if name not in load_all():
             pytest.skip(f"algorithm {name} not implemented on this branch")
+
+
+@pytest.mark.parametrize("algorithm", ["dsgd", "mime_svrg"])
+def test_dsgd_and_mime_leak_the_exact_gradient(algorithm):
+    fed, _ = build_federation(make_cfg(*ONE_SAMPLE, f"algorithm={algorithm}", "num_clients=100", "clients_per_round=10"))
+    x, G, _ = observe(fed, attack_round=3)
+    assert torch.allclose(G, _exact_gradient(fed, x), atol=1e-5)
+
+
+def test_scaffold_observation_is_mean_local_direction():
+    fed, _ = build_federation(make_cfg(*ONE_SAMPLE, "algorithm=scaffold", "num_clients=100", "clients_per_round=10"))
+    x, G, _ = observe(fed, attack_round=1)  # c = c_i = 0 in round 1: one step is a plain gradient step
+    assert torch.allclose(G, _exact_gradient(fed, x), atol=1e-5)

@@ -10,46 +10,45 @@ e_k = ||A_hat - A_1||_F is recorded at every attack iteration.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
-from fedbench.algorithms.base import State
+from fedbench.algorithms.base import Algorithm, Cohort, State
 from fedbench.engine.executors import per_sample_loss
 from fedbench.engine.local import LocalWork
 from fedbench.engine.loop import Federation, RunState, initial_state, run
 
 # What the server sees from the attacked client, as a gradient target (losac.md §5 table).
-Observation = Callable[[State, State, LocalWork], Tensor]
+Observation = Callable[[Algorithm, State, State, LocalWork], Tensor]
 
 
-def observed_gradient(up: State, down: State, work: LocalWork) -> Tensor:
-    """DSGD, FedSGD, MimeSVRG: the upload holds grad f_1(x; D_1) itself (exact)."""
+def observed_gradient(algo: Algorithm, down: State, client: State, work: LocalWork) -> Tensor:
+    """DSGD, FedSGD: the upload holds the client's gradient at x itself (exact)."""
+    up, _ = algo.client_update(down, client, work)
     return up["grad"][0]
 
 
-def observed_model_change(up: State, down: State, work: LocalWork) -> Tensor:
+def observed_first_upload(algo: Algorithm, down: State, client: State, work: LocalWork) -> Tensor:
+    """MimeSVRG: sub-step 1 uploads the full local gradient grad f_1(x; D_1) (exact)."""
+    return algo.prepare(down, client, work)["grad"][0]
+
+
+def observed_model_change(algo: Algorithm, down: State, client: State, work: LocalWork) -> Tensor:
     """FedAvg, SCAFFOLD, LoSAC, ...: G = (x - x_1^+) / (eta T), the mean local search direction."""
-    return -up["delta"][0] / (work.lr * float(work.steps[0]))
+    up, _ = algo.client_update(down, client, work)
+    key = "delta" if "delta" in up else "dy"
+    return -up[key][0] / (work.lr * float(work.steps[0]))
 
 
 OBSERVATIONS: dict[str, Observation] = {
     "dsgd": observed_gradient,
     "fedsgd": observed_gradient,
-    "mimesvrg": observed_gradient,
+    "mime_svrg": observed_first_upload,
 }
 
 
 def observation_for(algorithm: str) -> Observation:
     return OBSERVATIONS.get(algorithm, observed_model_change)
-
-
-@dataclass
-class AttackResult:
-    errors: list[float]  # e_0 .. e_K
-    target: Tensor  # G
-    model: Tensor  # x at the attack round
 
 
 def observe(fed: Federation, attack_round: int, client: int = 0) -> tuple[Tensor, Tensor, LocalWork]:
@@ -66,8 +65,13 @@ def observe(fed: Federation, attack_round: int, client: int = 0) -> tuple[Tensor
     epochs = None if fed.local_epochs is None else torch.full((1,), fed.local_epochs, device=fed.device)
     work = LocalWork(fed.clients, ids, state.round, lr, fed.batch_size, epochs, fed.local_steps)
     client_state = {name: t.gather([client], fed.device) for name, t in state.tables.items()}
-    up, _ = algo.client_update(down, client_state, work)
-    return algo.model(state.server), observation_for(algo.name)(up, down, work), work
+    if algo.two_phase:  # the second broadcast needs the cohort's first uploads: the attacked client's alone here
+        prepared = algo.prepare(down, client_state, work)
+        if algo.name not in OBSERVATIONS:
+            cohort = Cohort(state.round, ids, fed.clients.size[ids], torch.ones(1, dtype=torch.float64, device=fed.device))
+            down = algo.rebroadcast(state.server, down, prepared, cohort)
+    target = observation_for(algo.name)(algo, down, client_state, work)
+    return algo.model(state.server), target, work
 
 
 def dlg_attack(
