@@ -230,3 +230,40 @@ def test_fedavg_with_many_local_steps_stalls():
     fed = build(*CONVEX[:-2], "algorithm=fedavg", f"eta_l={1 / L}", "local_epochs=30")
     x = advance(fed, initial_state(fed), 30).server["x"]
     assert float(_grad_F(fed, x).norm()) > 1.0
+
+
+# -- FedADMM for the low-rank problem (LoSAC App. E, losac.md §3.6) ------------------------------
+
+LOWRANK = ["experiment=losac/lowrank_fedadmm", "dataset.dim=6", "dataset.rank=2", "dataset.num_users=6",
+           "dataset.samples_per_user=20", "dataset.test_samples=10", "clients_per_round=2", "rounds=3",
+           "engine.dtype=float64", "eta_l=0.01"]
+
+
+def test_server_prox_gradient_steps_solve_eq_82():
+    """Many small proximal-gradient steps (81) reach eq. (82)'s closed form prox_{lam/(N rho)}(sum W / (N rho))."""
+    fed = build(*LOWRANK, "algorithm.z_steps=3000", "algorithm.z_lr=0.01", "algorithm.lam=1.0")
+    exact = build(*LOWRANK, "algorithm.exact_z=true", "algorithm.lam=1.0").algorithm
+    exact.init(fed.x0)
+    W = torch.randn(6, 36, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    Z = fed.algorithm._solve_z(torch.zeros(36, dtype=torch.float64), W)
+    Z_exact = exact._solve_z(None, W)
+    assert torch.allclose(Z, Z_exact, atol=1e-10)
+    assert int((torch.linalg.svdvals(Z_exact.reshape(6, 6)) > 1e-12).sum()) < 6  # the threshold bites
+
+
+def test_lowrank_fedadmm_keeps_the_last_uploads_of_absent_clients():
+    fed = build(*LOWRANK, "algorithm.grad_scale=one")
+    state = initial_state(fed)
+    seen = {}
+    for r in range(3):
+        cohort = sample_cohort(fed.seed, r, 6, 2).tolist()
+        run_round(fed, state)
+        state.round += 1
+        W = state.server["W"]
+        for i in cohort:  # W_i = pi_i + rho X_i of the client's persistent state
+            assert torch.allclose(W[i], state.tables["pi"].rows[i] + 5.0 * state.tables["X"].rows[i])
+            seen[i] = W[i].clone()
+        for i, w in seen.items():
+            if i not in cohort:
+                assert torch.equal(W[i], w)
+    assert run_round(fed, state) == (2 * 36, 2 * 36)
