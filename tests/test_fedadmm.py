@@ -228,7 +228,7 @@ def test_fedavg_with_many_local_steps_stalls():
     """(d) client drift: 30 local GD steps per round leave FedAvg far from grad F = 0."""
     L = _curvature(build(*CONVEX, "algorithm=fedadmm"))
     fed = build(*CONVEX[:-2], "algorithm=fedavg", f"eta_l={1 / L}", "local_epochs=30")
-    x = advance(fed, initial_state(fed), 30).server["x"]
+    x = advance(fed, initial_state(fed), 15).server["x"]
     assert float(_grad_F(fed, x).norm()) > 1.0
 
 

@@ -176,12 +176,12 @@ def test_losac_converges_exactly_under_heterogeneity(variant, M, S, c):
 
 
 def test_fedavg_stalls_under_heterogeneity_at_the_same_step():
-    (half, final), *_ = _run_hetero("fedavg", 1, 8, 150)
-    assert final > 0.1 and abs(final - half) < 1e-3 * final  # settled at a biased fixed point
+    (half, final), *_ = _run_hetero("fedavg", 1, 8, 60)
+    assert final > 0.1 and abs(final - half) < 0.02 * final  # settling at a biased fixed point
 
 
 def test_fedsaga_local_variance_reduction_still_drifts():
-    grads, *_ = _run_hetero("fedsaga", 4, 8, 150, 0.5, "algorithm.blocks=4")
+    grads, *_ = _run_hetero("fedsaga", 4, 8, 60, 0.5, "algorithm.blocks=4")
     assert grads[-1] > 0.1
 
 
@@ -208,18 +208,16 @@ def _warm_start(fed, state, kappa):
 
 
 def test_paper_preset_with_warm_start_converges_to_a_wrong_point():
-    results = {}
-    for init in ("zeros", "warm"):
-        L = max_block_curvature(build(*HETERO, "clients_per_round=1", "algorithm=fedsaga", "algorithm.blocks=4"), 4)
-        fed = build(*HETERO, "clients_per_round=3", f"eta_l={0.2 / L}", "algorithm=losac_paper", "algorithm.blocks=4")
-        state = initial_state(fed)
-        if init == "warm":
-            _warm_start(fed, state, kappa=1.0)
-        phi0 = state.server["phi"].clone()
-        advance(fed, state, 150)
-        results[init] = float(global_grad(fed, state.server["x"]).norm())
-        if init == "warm":  # eq. (13) keeps phi - (N/S) sum Y = -(N/S - 1) phi^0 forever
-            offset = state.server["phi"] - 8 / 3 * table_sum(state).sum(0)
-            assert torch.allclose(offset, -(8 / 3 - 1) * phi0, rtol=1e-9, atol=1e-9)
-    assert results["zeros"] < 1e-8
-    assert results["warm"] > 1e-2  # converged (see the offset), but not to a stationary point
+    """With zero init the paper preset converges exactly (test above); a SAGA warm start leaves the
+    offset phi - (N/S) sum Y = -(N/S - 1) phi^0 forever (eq. 13), so the limit is not stationary."""
+    L = max_block_curvature(build(*HETERO, "clients_per_round=1", "algorithm=fedsaga", "algorithm.blocks=4"), 4)
+    fed = build(*HETERO, "clients_per_round=3", f"eta_l={0.2 / L}", "algorithm=losac_paper", "algorithm.blocks=4")
+    state = initial_state(fed)
+    _warm_start(fed, state, kappa=1.0)
+    phi0 = state.server["phi"].clone()
+    x_before = advance(fed, state, 100).server["x"].clone()
+    offset = state.server["phi"] - 8 / 3 * table_sum(state).sum(0)
+    assert torch.allclose(offset, -(8 / 3 - 1) * phi0, rtol=1e-9, atol=1e-9)
+    x = advance(fed, state, 10).server["x"]
+    assert float((x - x_before).norm()) < 1e-6  # settled ...
+    assert float(global_grad(fed, x).norm()) > 1e-2  # ... at a wrong point
