@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from conftest import make_cfg
+from fedbench.algorithms import load_all
 from fedbench.algorithms.losac import draw_blocks
 from fedbench.algorithms.prox import Regularizer, singular_value_threshold, soft_threshold
 from fedbench.engine.build import build_federation
@@ -129,6 +130,14 @@ def test_losac_consistent_single_client_is_saga_over_blocks():
             Y[j] = g
     assert torch.allclose(state.server["x"], x[0], rtol=0, atol=1e-12)
     assert torch.allclose(state.tables["Y"].rows[0], Y, atol=1e-12)
+
+
+@pytest.mark.skipif("scaffold" not in load_all(), reason="SCAFFOLD is on branch `baselines`")
+def test_scaffold_with_zero_control_variates_is_fedavg_for_one_round():
+    common = [*LSTSQ, "clients_per_round=3", "local_steps=4", "batch_size=5", "eta_l=0.02"]
+    a = advance(fed := build(*common, "algorithm=scaffold"), initial_state(fed), 1)
+    b = advance(fed := build(*common, "algorithm=fedavg"), initial_state(fed), 1)
+    assert torch.equal(a.server["x"], b.server["x"])
 
 
 def test_prox_operators_match_closed_forms():
