@@ -230,3 +230,12 @@ def test_paper_preset_with_warm_start_converges_to_a_wrong_point():
     x = advance(fed, state, 10).server["x"]
     assert float((x - x_before).norm()) < 1e-6  # settled ...
     assert float(global_grad(fed, x).norm()) > 1e-2  # ... at a wrong point
+
+
+def test_sum_loss_scale_is_the_mean_scale_with_a_step_n_i_times_smaller():
+    """loss_scale=sum (eq. 6: f_i = sum of losses) multiplies every block gradient, Y and phi by n_i = 20."""
+    common = [*LSTSQ, "clients_per_round=3", "local_steps=3", "algorithm=losac", "algorithm.blocks=4"]
+    a = advance(fed := build(*common, "eta_l=0.02"), initial_state(fed), 3)
+    b = advance(fed := build(*common, "eta_l=0.001", "loss_scale=sum"), initial_state(fed), 3)
+    assert torch.allclose(a.server["x"], b.server["x"], rtol=0, atol=1e-12)
+    assert torch.allclose(20 * a.server["phi"], b.server["phi"], rtol=1e-10, atol=1e-10)
