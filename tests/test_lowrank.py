@@ -93,6 +93,6 @@ needs_scaffold = pytest.mark.skipif("scaffold" not in load_all(), reason="SCAFFO
 def test_scaffold_prox_does_not_recover_the_exact_rank(rank):
     """Target 7: SCAFFOLD-Prox (same blocks' size as minibatch, lambda = 0.1) keeps spurious tail
     singular values above 1e-3, while LoSAC-Prox is exact (target 5); its error is comparable."""
-    err, r = final(f"dataset.rank={rank}", "experiment=losac/lowrank_scaffold")
+    err, r = final(f"dataset.rank={rank}", "experiment=losac/lowrank_scaffold", "algorithm.shape=[16,16]")
     assert r > rank
     assert err < 2 * final(f"dataset.rank={rank}")[0]
