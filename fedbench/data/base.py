@@ -21,6 +21,8 @@ class Dataset:
       num_classes: output width of the model (1 for binary and regression).
       task: one of TASKS; decides the per-sample loss.
       name: registry name, for records.
+      model_metrics: optional extra metrics of the evaluated flat model (e.g. recovery error and
+        rank of a matrix estimate), logged with the test metrics.
     """
 
     x_train: Tensor
@@ -32,6 +34,7 @@ class Dataset:
     name: str = ""
     train_owner: Tensor | None = None  # client id of each training sample, for natural partitions
     augment: Callable[[Tensor, Tensor], Tensor] | None = None  # minibatch transform (x, keys) -> x, data/augment.py
+    model_metrics: Callable[[Tensor], dict[str, float]] | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:
