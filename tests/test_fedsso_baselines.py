@@ -79,7 +79,7 @@ def test_feddane_and_fedac_reach_the_optimum():
 def test_fedac_coefficients():
     from fedbench.algorithms.fedac import FedAc
 
-    eta, K, mu = 0.01, torch.tensor([5, 400]), 0.1
+    eta, K, mu = 0.01, torch.tensor([5, 5000]), 0.1
     a1, b1, g1 = FedAc(mu=mu, variant="I").coefficients(eta, K)
     expected_gamma = torch.tensor([[(eta / (mu * 5)) ** 0.5], [eta]], dtype=torch.float64)  # max(eta, sqrt(eta/(mu K)))
     assert torch.allclose(g1, expected_gamma)
