@@ -99,6 +99,27 @@ def test_one_gradient_per_step_without_perturbation():
     assert len(work.calls) == 3
 
 
+@pytest.mark.parametrize("mode", ["data_grad", "official"])
+def test_one_local_step_with_each_clip_mode(mode):
+    """data_grad clips g~ alone; the official code clips g~ + mu (h_i - x^t) and adds (wd + mu) x unclipped (A6)."""
+    mu, wd, clip, lr = 0.5, 1e-2, 0.3, 0.1
+    fed, _ = build_federation(make_cfg("algorithm=fedspeed", "algorithm.rho0=0", f"algorithm.mu={mu}",
+                                       f"algorithm.weight_decay={wd}", f"algorithm.grad_clip={clip}",
+                                       f"algorithm.clip_mode={mode}", "engine.dtype=float64", "num_clients=4",
+                                       "clients_per_round=2"))
+    x = fed.x0
+    h = torch.randn(2, fed.flat.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    work = LocalWork(fed.clients, torch.tensor([0, 1]), 0, lr, 16, None, 1)
+    G, _ = work.grad(x.expand(2, -1), work.batch(0))
+    up, _ = fed.algorithm.client_update({"x": x}, {"h": h}, work)
+    assert (G.norm(dim=1) > clip).all()  # the clip is active
+    if mode == "data_grad":
+        step = _clip(G, clip) + wd * x + mu * h  # x_0 = x^t: the prox term is zero
+    else:
+        step = _clip(G + mu * (h - x), clip) + (wd + mu) * x
+    assert torch.allclose(up["delta"], -lr * step, rtol=1e-12, atol=1e-14)
+
+
 @pytest.mark.parametrize("switch", ["algorithm.rho0=0", "algorithm.alpha=0", "algorithm.use_perturbation=false"])
 def test_without_perturbation_fedspeed_is_feddyn(switch):
     """FedDyn (spec §3.6, h-form) written out: K steps x <- x - lr (grad f_i + wd x + a h_i + a (x - x^t)),

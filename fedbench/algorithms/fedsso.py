@@ -12,7 +12,8 @@ Clients run FedAvg's local SGD (alpha = eta_l, tau steps) and upload x_i - x_k. 
 B_k^{-1} g is computed exactly by one of three backends (spec §2.5): `lbfgs_exact` (two-loop
 recursion over the rescaled pairs (s, y~ = (y^T s / cur) y), H0 = I), `dense_inverse` (the BFGS
 H-form of the same matrix) and `dense_solve` (store B, solve). `ref_v1_dfp` and `ref_v2_lbfgs` are
-the authors' code (spec §2.8). QN state is float64 (spec §2.5).
+the authors' code (spec §2.8). QN state is float64 (spec §2.5). With unequal local work each
+client's offset is divided by its own alpha tau_i, so g_k stays the average of the gradients taken.
 """
 
 from __future__ import annotations
