@@ -159,6 +159,9 @@ class FedSSO(Algorithm):
             state["qn_matrix"] = D + term1 - term2
             return
         if self.backend == "ref_v2_lbfgs":  # test on |s|^2 / s^T y; fallback replaces s by a scaled y
+            if not yy > 0:  # y = 0 leaves no usable pair
+                state["qn_skipped"] = state["qn_skipped"] + 1
+                return
             if not (ys != 0 and lo < ss / ys < hi):
                 s = 2 * y / (lo + hi)
                 ys = y @ s
