@@ -110,3 +110,7 @@ class Algorithm:
     def model(self, server: State) -> Tensor:
         """The global model to evaluate."""
         return server["x"]
+
+    def metrics(self, server: State) -> dict[str, float]:
+        """Extra per-round metrics read from the server state after aggregation (default none)."""
+        return {}
