@@ -79,6 +79,30 @@ def svt(v, t, shape):
     return torch.from_numpy((U * np.maximum(S - t, 0)) @ Vh).reshape(-1)
 
 
+# -- the data set --------------------------------------------------------------------------------------
+
+
+def test_sparse_logreg_data_and_the_step_size_rule():
+    """Binary labels, m samples per natural client, a fresh draw per seed, and eta_l = 1/L_max."""
+    from fedbench.data import DATASETS
+    from fedbench.data.sparse_logreg import logistic_smoothness
+
+    make = DATASETS.get("sparse_logreg")
+    data = make(num_users=3, samples_per_user=40, dim=7, seed=5)
+    assert data.x_train.shape == (120, 7) and data.task == "binary"
+    assert set(data.y_train.unique().tolist()) == {0.0, 1.0}
+    assert torch.equal(data.train_owner, torch.arange(3).repeat_interleave(40))
+    assert torch.equal(make(num_users=3, samples_per_user=40, dim=7, seed=5).x_train, data.x_train)
+    assert not torch.equal(make(num_users=3, samples_per_user=40, dim=7, seed=6).x_train, data.x_train)
+    a = data.x_train[:40].double()
+    assert logistic_smoothness(data) >= float(torch.linalg.eigvalsh(a.T @ a / 160)[-1])
+    cfg = make_cfg(*TINY, "seed=3")
+    fed, _ = build_federation(cfg)
+    assert cfg.eta_l == pytest.approx(1 / Logistic(fed).lipschitz(), rel=1e-12)
+    with pytest.raises(ConfigError):
+        make(num_users=0)
+
+
 # -- §7.1 unit invariants ---------------------------------------------------------------------------
 
 

@@ -48,18 +48,16 @@ class CompositeAlgorithm(Algorithm):
     stationarity_alpha: float = 1.0
     stationarity_every: int = 1
 
-    def validate(self) -> None:
+    def __post_init__(self):
         check(isinstance(self.regularizer, dict), f"algorithm.regularizer must be a mapping, got {self.regularizer!r}")
         try:
             self.reg = Regularizer(**{k: tuple(v) if k == "shape" and v is not None else v for k, v in self.regularizer.items()})
         except TypeError as exc:
             raise ConfigError(f"algorithm.regularizer: {exc}; valid keys: kind, lam, shape") from None
+
+    def validate(self) -> None:
         check(self.stationarity_alpha > 0, f"algorithm.stationarity_alpha must be > 0, got {self.stationarity_alpha}")
         check(self.stationarity_every >= 0, f"algorithm.stationarity_every must be >= 0 (0 = never), got {self.stationarity_every}")
-
-    def setup(self, setting: Setting) -> None:
-        super().setup(setting)
-        self.validate()
 
     def _residual(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """(||x - P_{alpha g}(x - alpha grad f(x))||, F(x))."""
