@@ -51,7 +51,10 @@ class Recorder:
 
         self.cfg = cfg
         self.uri = resolve_tracking_uri(cfg.tracking.get("uri"))
-        self.client = MlflowClient(self.uri)
+        try:
+            self.client = MlflowClient(self.uri)
+        except Exception as exc:
+            raise FedbenchError(f"cannot use the MLflow tracking store {self.uri}: {exc}") from None
         self.flush_seconds = flush_seconds
         self._pending: list = []
         self._last_flush = time.monotonic()
