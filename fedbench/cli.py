@@ -11,6 +11,7 @@ import typer
 
 from fedbench import __version__
 from fedbench.errors import FedbenchError
+from fedbench.report import REPORT_EXAMPLES, report
 
 CONF_DIR = Path(os.environ.get("FEDBENCH_CONF", Path(__file__).resolve().parent.parent / "conf"))
 
@@ -161,6 +162,9 @@ def resume(
     placement = ("resume", "hydra.run.dir")
     overrides = [o for o in OmegaConf.load(saved) if o.lstrip("+~").split("=", 1)[0] not in placement]
     raise typer.Exit(hydra_main([*overrides, f"hydra.run.dir={run_dir.resolve()}", "resume=true"]))
+
+
+app.command("report", epilog=REPORT_EXAMPLES)(report)
 
 
 @app.command("list")
