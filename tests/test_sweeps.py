@@ -120,13 +120,18 @@ WRITER = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_eight_concurrent_writers_lose_nothing_on_sqlite(tmp_path):
+    """As in a sweep: the launching process creates the store (fedbench.sweep.SweepCallback; eight
+    processes creating a fresh SQLite store at once race on MLflow's schema migrations)."""
+    from mlflow.tracking import MlflowClient
+
+    from fedbench.tracking.store import ensure_experiment
+
     uri = f"sqlite:///{tmp_path}/m.db"
+    ensure_experiment(MlflowClient(uri), "concurrent", uri)
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, uri, str(k)], env=env(), stderr=subprocess.PIPE, text=True)
              for k in range(1, 9)]
     for p in procs:
         assert p.wait(timeout=600) == 0, p.stderr.read()[-2000:]
-    from mlflow.tracking import MlflowClient
-
     client = MlflowClient(uri)
     found = client.search_runs([client.get_experiment_by_name("concurrent").experiment_id])
     assert sorted(int(r.data.tags["writer"]) for r in found) == list(range(1, 9))

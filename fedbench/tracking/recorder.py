@@ -63,13 +63,16 @@ class Recorder:
 
     def check_reachable(self) -> None:
         """Fail before training when the store cannot be reached (in seconds, not after retries)."""
-        try:
-            probe_server(self.uri)
-            self.experiment_id = ensure_experiment(self.client, self.cfg.tracking.experiment, self.uri)
-        except FedbenchError:
-            raise
-        except Exception as exc:
-            raise FedbenchError(f"cannot use the MLflow tracking store {self.uri}: {exc}") from None
+        probe_server(self.uri)
+        for attempt in range(4):
+            try:
+                self.experiment_id = ensure_experiment(self.client, self.cfg.tracking.experiment, self.uri)
+                return
+            except Exception as exc:
+                # runs started at once on a fresh SQLite store race on its schema migrations
+                if not self.uri.startswith("sqlite:") or attempt == 3 or "OperationalError" not in repr(exc):
+                    raise FedbenchError(f"cannot use the MLflow tracking store {self.uri}: {exc}") from None
+                time.sleep(1 + attempt)
 
     def find_previous(self, config_hash: str):
         """The newest run of this experiment with the same config hash, FINISHED ones first; or None."""
