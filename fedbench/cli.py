@@ -81,10 +81,12 @@ def _hydra_task(cfg) -> float:
                    f"continue with: fedbench resume {out}", err=True)
         raise SystemExit(130) from None
     except Exception as exc:
-        if not multirun:
-            raise
         if isinstance(exc, FedbenchError):
             _report_error(exc)
+            if not multirun:
+                raise SystemExit(exc.exit_code) from None
+        elif not multirun:
+            raise
         else:  # a bug: show it, but let the other jobs of the grid run
             import traceback
 
