@@ -1,4 +1,4 @@
-"""The `fedbench` command: run (Hydra, multirun included), list, version."""
+"""The `fedbench` command: run (Hydra, multirun included), resume, list, version."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import typer
 
 from fedbench import __version__
 from fedbench.errors import FedbenchError
+from fedbench.report import REPORT_EXAMPLES, report
 
 CONF_DIR = Path(os.environ.get("FEDBENCH_CONF", Path(__file__).resolve().parent.parent / "conf"))
 
@@ -36,8 +37,6 @@ app = typer.Typer(
 
 app.add_typer(__import__("fedbench.data_cli", fromlist=["app"]).app, name="data")
 
-_failures: list[str] = []
-
 
 def _version(value: bool) -> None:
     if value:
@@ -62,27 +61,50 @@ def _report_error(exc: FedbenchError) -> None:
     typer.echo(f"error: {exc}", err=True)
 
 
-def _hydra_task(cfg) -> None:
+def _hydra_task(cfg) -> float:
+    """One Hydra job; returns the sweep objective (tracking.objective; NaN for a failed job)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from fedbench.runner import run_job
+    from fedbench.runner import objective_value, run_job
+    from fedbench.sweep import FAILED_MARKER
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
+    out = Path(hc.runtime.output_dir)
+    tags = {"overrides": " ".join(hc.overrides.task)[:5000]}
+    if multirun:
+        tags.update(sweep_dir=str(Path(hc.sweep.dir).resolve()), sweep_job=str(hc.job.num))
+    marker = out / FAILED_MARKER
+    marker.unlink(missing_ok=True)
     try:
-        run_job(cfg, Path(hc.runtime.output_dir))
-    except FedbenchError as exc:
-        _report_error(exc)
-        if not multirun:
-            raise SystemExit(exc.exit_code) from None
-        _failures.append(f"job {hc.job.num} ({' '.join(hc.overrides.task)}): {exc}")
+        summary = run_job(cfg, out, tags=tags, sweep=multirun)
+    except KeyboardInterrupt:
+        typer.echo(f"error: interrupted; the checkpoint of the last whole round is in {out}; "
+                   f"continue with: fedbench resume {out}", err=True)
+        raise SystemExit(130) from None
+    except Exception as exc:
+        if isinstance(exc, FedbenchError):
+            _report_error(exc)
+            if not multirun:
+                raise SystemExit(exc.exit_code) from None
+        elif not multirun:
+            raise
+        else:  # a bug: show it, but let the other jobs of the grid run
+            import traceback
+
+            traceback.print_exc()
+        # the parent process reads these markers (jobs may run in other processes: joblib, Ray)
+        marker.write_text(f"job {hc.job.num} ({' '.join(hc.overrides.task)}): {exc}\n")
+        return float("nan")
+    return objective_value(summary, cfg)
 
 
 def hydra_main(argv: list[str]) -> int:
     """Hand `argv` to Hydra as if it were the command line; returns the exit code."""
     import hydra
 
+    from fedbench import sweep
     from fedbench.preflight import preflight
 
     if not any(a in ("--help", "-h", "--hydra-help", "--info", "-i") for a in argv):
@@ -90,13 +112,13 @@ def hydra_main(argv: list[str]) -> int:
     decorated = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)(_hydra_task)
     saved = sys.argv
     sys.argv = ["fedbench", *argv]
-    _failures.clear()
+    sweep.FAILURES.clear()
     try:
         decorated()
     finally:
         sys.argv = saved
-    if _failures:
-        typer.echo(f"{len(_failures)} job(s) failed:\n  " + "\n  ".join(_failures), err=True)
+    if sweep.FAILURES:
+        typer.echo(f"{len(sweep.FAILURES)} job(s) failed:\n  " + "\n  ".join(sweep.FAILURES), err=True)
         return 1
     return 0
 
@@ -115,6 +137,39 @@ def run(
     """
     argv = list(ctx.args) + (["--multirun"] if multirun else [])
     raise typer.Exit(hydra_main(argv))
+
+
+RESUME_EXAMPLES = """
+Examples:
+
+  fedbench resume outputs/runs/2026-11-22/04-10-00_fedavg_digits
+
+  fedbench resume outputs/multirun/2026-11-22/04-10-00/3       # one job of a sweep
+"""
+
+
+@app.command(epilog=RESUME_EXAMPLES)
+def resume(
+    run_dir: Annotated[Path, typer.Argument(help="The run directory (holds .hydra/ and checkpoint.pt).")],
+) -> None:
+    """Continue an interrupted run from its checkpoint: same config, same folder, same MLflow run."""
+    from omegaconf import OmegaConf
+
+    from fedbench.errors import ConfigError
+    from fedbench.runner import CHECKPOINT_NAME
+
+    saved = run_dir / ".hydra" / "overrides.yaml"
+    if not saved.is_file():
+        raise ConfigError(f"{run_dir} is not a fedbench run directory (no .hydra/overrides.yaml)")
+    if not (run_dir / CHECKPOINT_NAME).is_file():
+        raise ConfigError(f"{run_dir} has no {CHECKPOINT_NAME} (stopped before its first checkpoint); "
+                          "start the run again")
+    placement = ("resume", "hydra.run.dir")
+    overrides = [o for o in OmegaConf.load(saved) if o.lstrip("+~").split("=", 1)[0] not in placement]
+    raise typer.Exit(hydra_main([*overrides, f"hydra.run.dir={run_dir.resolve()}", "resume=true"]))
+
+
+app.command("report", epilog=REPORT_EXAMPLES)(report)
 
 
 @app.command("list")

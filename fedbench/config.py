@@ -18,6 +18,7 @@ from fedbench.models import MODELS
 
 AGGREGATIONS = ("uniform", "num_samples")
 LOSS_SCALES = ("mean", "sum")
+OBJECTIVES = ("final_accuracy", "best_accuracy", "final_loss")
 
 
 def params_of(group: DictConfig | dict) -> dict[str, Any]:
@@ -106,6 +107,13 @@ def validate(cfg: DictConfig) -> None:
     targets = list(cfg.get("targets") or [])
     for t in targets:
         check(isinstance(t, (int, float)) and 0 < t <= 1, f"targets must lie in (0, 1], got {t!r}")
+    objective = str(OmegaConf.select(cfg, "tracking.objective", default="final_accuracy"))
+    if objective.startswith("rounds_to_"):
+        check(any(f"rounds_to_{float(t):g}" == objective for t in targets),
+              f"tracking.objective={objective} names a target not in targets={targets}")
+    elif objective not in OBJECTIVES:
+        raise unknown_choice("tracking.objective", objective, (*OBJECTIVES, "rounds_to_<t>"))
+    _positive_int(cfg, "tracking.checkpoint_every", minimum=0)
     if cfg.aggregation not in AGGREGATIONS:
         raise unknown_choice("aggregation", cfg.aggregation, AGGREGATIONS)
     if cfg.loss_scale not in LOSS_SCALES:

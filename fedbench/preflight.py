@@ -40,6 +40,7 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
     from fedbench.config import validate
 
     overrides = hydra_overrides(argv)
+    check_output_dir(conf_dir, overrides, multirun="--multirun" in argv or "-m" in argv)
     if any("hydra/sweeper=" in a or a.startswith("hydra.sweeper") for a in overrides):
         overrides = [a for a in overrides if not a.startswith("hydra")]  # a search: check the base config
         jobs = [overrides_without_sweeps(overrides)]
@@ -64,6 +65,29 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
             cause = exc.__cause__ or exc
             raise ConfigError(f"{str(exc).splitlines()[0]} ({str(cause).splitlines()[0]})") from None
         validate(cfg)
+
+
+def check_output_dir(conf_dir: Path, overrides: list[str], multirun: bool) -> None:
+    """The run (or sweep) folder must be creatable: Hydra would fail with a traceback."""
+    import os
+
+    from hydra import compose, initialize_config_dir
+
+    placement = [o for o in overrides if o.startswith(("hydra.run.", "hydra.sweep."))]
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+            hydra_cfg = compose("config", overrides=placement, return_hydra_config=True).hydra
+        folder = Path(str(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir))
+    except Exception:  # interpolations of job values: checked again when the job starts
+        return
+    existing = folder.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    if not existing.is_dir():
+        raise ConfigError(f"cannot create the output folder {folder}: {existing} is a file; set {key}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot create the output folder {folder}: {existing} is not writable; set {key}")
 
 
 _FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-name", "-cn", "--config-path", "-cp",

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import signal
 import sys
+import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +39,15 @@ def config_hash(cfg: DictConfig) -> str:
     return hashlib.sha256(OmegaConf.to_yaml(OmegaConf.create(container)).encode()).hexdigest()[:16]
 
 
-def run_job(cfg: DictConfig, run_dir: Path, quiet: bool = False) -> dict[str, Any]:
-    """Train one configuration; raises FedbenchError subclasses for the CLI to report."""
+def run_job(
+    cfg: DictConfig, run_dir: Path, quiet: bool = False, tags: dict[str, str] | None = None, sweep: bool = False
+) -> dict[str, Any]:
+    """Train one configuration; raises FedbenchError subclasses for the CLI to report.
+
+    In a sweep (`sweep=True`) with tracking.skip_finished, a configuration that already FINISHED
+    in the experiment is not run again (its summary is returned), and an interrupted one
+    continues from the checkpoint in the run directory recorded in its `run_dir` tag.
+    """
     from fedbench.tracking.recorder import Recorder
 
     quiet_libraries()
@@ -45,20 +55,32 @@ def run_job(cfg: DictConfig, run_dir: Path, quiet: bool = False) -> dict[str, An
         torch.set_num_threads(int(cfg.engine.threads))
     fed, info = build_federation(cfg)  # every config and data error surfaces here, before MLflow
     recorder = Recorder(cfg)
-    try:
-        recorder.check_reachable()
-    except Exception as exc:
-        raise FedbenchError(f"cannot reach the MLflow tracking store {recorder.uri}: {exc}") from None
+    recorder.check_reachable()
+    check_writable(run_dir)
 
     state = initial_state(fed)
     checkpoint = run_dir / CHECKPOINT_NAME
     digest = config_hash(cfg)
+    if sweep and cfg.tracking.get("skip_finished", True):
+        previous = recorder.find_previous(digest)
+        if previous is not None and previous.info.status == "FINISHED":
+            if not quiet:
+                print(f"fedbench: skipped, this configuration FINISHED as MLflow run {previous.info.run_id} "
+                      "(tracking.skip_finished=false runs it again)", file=sys.stderr)
+            return recorder.summary_of(previous)
+        if previous is not None and (Path(previous.data.tags.get("run_dir", "")) / CHECKPOINT_NAME).is_file():
+            run_dir = Path(previous.data.tags["run_dir"])  # continue where the interrupted job wrote
+            checkpoint = run_dir / CHECKPOINT_NAME
+            cfg = OmegaConf.merge(cfg, {"resume": True})
     resumed_run_id = None
     if cfg.get("resume") and checkpoint.exists():
         meta = load_checkpoint(checkpoint, state, fed.device)
         if meta["config_hash"] != digest:
             raise FedbenchError(f"{checkpoint} was written by a different config; refusing to resume")
         resumed_run_id = meta["run_id"]
+        if not quiet:
+            print(f"fedbench: resuming MLflow run {resumed_run_id} from round {state.round} ({checkpoint})",
+                  file=sys.stderr)
     run_id = recorder.start(
         {
             "partition_fingerprint": info.partition_fingerprint,
@@ -67,8 +89,11 @@ def run_job(cfg: DictConfig, run_dir: Path, quiet: bool = False) -> dict[str, An
             "config_hash": digest,
             "executor": info.executor,
             "device": info.device,
+            "run_dir": str(run_dir.resolve()),
+            **(tags or {}),
         },
         run_id=resumed_run_id,
+        logged_through=state.round,
     )
     if not quiet:
         print(
@@ -90,23 +115,33 @@ def run_job(cfg: DictConfig, run_dir: Path, quiet: bool = False) -> dict[str, An
             post = {k.replace("test_", ""): f"{metrics[k]:.4f}" for k in ("test_accuracy", "test_loss") if k in metrics}
             bar.set_postfix(post, refresh=False)
             bar.update(1)
-        if every and st.round % every == 0 and st.round < fed.rounds:
+        if (every and st.round % every == 0 and st.round < fed.rounds) or stop.requested:
             recorder.flush()
             save_checkpoint(checkpoint, st, run_id, digest)
+        if stop.requested and st.round < fed.rounds:
+            raise KeyboardInterrupt
+
 
     try:
-        state = run(fed, state, on_round)
+        with GracefulInterrupt(quiet) as stop:
+            state = run(fed, state, on_round)
+        save_checkpoint(checkpoint, state, run_id, digest)
     except DivergenceError as exc:
         recorder.fail(exc.round, exc.reason)
         raise
     except KeyboardInterrupt:
-        save_checkpoint(checkpoint, state, run_id, digest)
-        recorder.fail(state.round, "interrupted (Ctrl-C); resume with resume=true", status="KILLED")
+        recorder.fail(state.round, f"interrupted (Ctrl-C); continue with: fedbench resume {run_dir}", status="KILLED")
+        raise
+    except OSError as exc:  # disk full, unwritable folder: the run record says why, no half file is left
+        recorder.fail(state.round, f"{exc.__class__.__name__}: {exc}")
+        raise FedbenchError(f"I/O error at round {state.round}: {exc}; the last complete checkpoint is kept "
+                            f"in {run_dir}") from None
+    except BaseException as exc:
+        recorder.fail(state.round, f"{exc.__class__.__name__}: {exc}")
         raise
     finally:
         if bar is not None:
             bar.close()
-    save_checkpoint(checkpoint, state, run_id, digest)
     summary = recorder.finish(state.history, artifacts=bool(cfg.tracking.get("artifacts", True)))
     accs = [h["test_accuracy"] for h in state.history if "test_accuracy" in h]
     summary.update(
@@ -120,6 +155,55 @@ def run_job(cfg: DictConfig, run_dir: Path, quiet: bool = False) -> dict[str, An
     if not quiet:
         print(format_summary(summary, fed.rounds))
     return summary
+
+
+def objective_value(summary: dict[str, Any], cfg: DictConfig) -> float:
+    """The value a Hydra sweeper optimises: tracking.objective of the run's summary.
+    rounds_to_<t> counts an unreached target as rounds + 1, so it stays comparable."""
+    name = str(cfg.tracking.get("objective") or "final_accuracy")
+    if name.startswith("rounds_to_"):
+        reached = summary["rounds_to_target"].get(float(name.removeprefix("rounds_to_")))
+        return float(reached if reached is not None else int(cfg.rounds) + 1)
+    value = summary.get(name)
+    return float("nan") if value is None else float(value)
+
+
+class GracefulInterrupt:
+    """The first Ctrl-C (SIGINT) ends the run after the current round, with a checkpoint of it;
+    a second one stops at once (the last periodic checkpoint stays). A round interrupted half-way
+    would leave client state half-updated, so checkpoints are only taken between rounds."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.requested = False
+        self._previous = None
+
+    def _handler(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        if not self.quiet:
+            print("\nfedbench: interrupted; saving a checkpoint after this round (Ctrl-C again to stop now)",
+                  file=sys.stderr)
+
+    def __enter__(self) -> GracefulInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def check_writable(folder: Path) -> None:
+    """Fail before training when the run directory cannot take a checkpoint."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise FedbenchError(f"cannot write to the run directory {folder}: {exc.strerror or exc}") from None
 
 
 def format_summary(summary: dict[str, Any], rounds: int) -> str:

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from fedbench.data.base import Dataset, standardize_images
+from fedbench.data.checksums import verify as verify_checksums
 from fedbench.data.idx import find_idx_file, read_idx
 from fedbench.errors import DataUnavailableError
 from fedbench.registry import Registry
@@ -67,6 +68,7 @@ def _idx_dataset(
         files = locate()
     if files is None:
         raise DataUnavailableError(_missing_hint(name, folders) + " (or set data.download=true)")
+    verify_checksums(files.values(), torchvision_cls)
     x_train = standardize_images(read_idx(files["train_x"]), mean, std)
     x_test = standardize_images(read_idx(files["test_x"]), mean, std)
     y_train, y_test = read_idx(files["train_y"]).long(), read_idx(files["test_y"]).long()

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from fedbench.engine.loop import RunState
+from fedbench.errors import FedbenchError
 
 
 def save_checkpoint(path: Path, state: RunState, run_id: str | None, config_hash: str) -> None:
@@ -42,7 +43,11 @@ def save_checkpoint(path: Path, state: RunState, run_id: str | None, config_hash
 
 def load_checkpoint(path: Path, state: RunState, device: torch.device) -> dict:
     """Fill `state` from the checkpoint at `path`; returns the payload's metadata."""
-    payload = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated or foreign file
+        raise FedbenchError(f"{path} is not a readable checkpoint ({exc.__class__.__name__}: "
+                            f"{str(exc).splitlines()[0][:200]}); delete it to start the run again") from None
     state.round = int(payload["round"])
     state.server = {k: v.to(device) for k, v in payload["server"].items()}
     for name, table in state.tables.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -11,8 +12,9 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
+from fedbench.errors import FedbenchError
 from fedbench.tracking.plots import plot_curves
-from fedbench.tracking.store import ensure_experiment, resolve_tracking_uri
+from fedbench.tracking.store import ensure_experiment, probe_server, resolve_tracking_uri
 from fedbench.tracking.targets import format_rounds, rounds_to_target, target_key
 
 
@@ -49,22 +51,69 @@ class Recorder:
 
         self.cfg = cfg
         self.uri = resolve_tracking_uri(cfg.tracking.get("uri"))
-        self.client = MlflowClient(self.uri)
+        try:
+            self.client = MlflowClient(self.uri)
+        except Exception as exc:
+            raise FedbenchError(f"cannot use the MLflow tracking store {self.uri}: {exc}") from None
         self.flush_seconds = flush_seconds
         self._pending: list = []
         self._last_flush = time.monotonic()
         self.run_id: str | None = None
+        self._skip_through = 0
 
     def check_reachable(self) -> None:
-        """Fail before training when the store cannot be reached."""
-        self.experiment_id = ensure_experiment(self.client, self.cfg.tracking.experiment, self.uri)
+        """Fail before training when the store cannot be reached (in seconds, not after retries)."""
+        probe_server(self.uri)
+        for attempt in range(4):
+            try:
+                self.experiment_id = ensure_experiment(self.client, self.cfg.tracking.experiment, self.uri)
+                return
+            except Exception as exc:
+                # runs started at once on a fresh SQLite store race on its schema migrations
+                if not self.uri.startswith("sqlite:") or attempt == 3 or "OperationalError" not in repr(exc):
+                    raise FedbenchError(f"cannot use the MLflow tracking store {self.uri}: {exc}") from None
+                time.sleep(1 + attempt)
 
-    def start(self, tags: dict[str, str], run_id: str | None = None) -> str:
+    def find_previous(self, config_hash: str):
+        """The newest run of this experiment with the same config hash, FINISHED ones first; or None."""
+        runs = self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.config_hash = '{config_hash}'",
+            order_by=["attributes.start_time DESC"], max_results=50,
+        )
+        finished = [r for r in runs if r.info.status == "FINISHED"]
+        return (finished or runs or [None])[0]
+
+    def summary_of(self, run) -> dict[str, Any]:
+        """The summary of a finished run, read back from MLflow (for a skipped sweep job)."""
+        metrics, rounds = run.data.metrics, int(self.cfg.rounds)
+        accs = self.client.get_metric_history(run.info.run_id, "test_accuracy")
+        return {
+            "run_id": run.info.run_id, "status": run.info.status, "skipped": True,
+            "final_accuracy": metrics.get("test_accuracy"),
+            "best_accuracy": max((m.value for m in accs), default=None),
+            "final_loss": metrics.get("test_loss"),
+            "rounds": rounds, "wall_time": metrics.get("wall_time", 0.0), "tracking_uri": self.uri,
+            "rounds_to_target": {
+                float(t): (int(metrics[target_key(float(t))]) if target_key(float(t)) in metrics else None)
+                for t in self.cfg.get("targets") or []
+            },
+        }
+
+    def start(self, tags: dict[str, str], run_id: str | None = None, logged_through: int = 0) -> str:
         from mlflow.entities import Param, RunTag
 
-        if run_id is not None:  # resuming
+        if run_id is not None:  # resuming: skip the rounds already in the record
             self.run_id = run_id
-            self.client.update_run(run_id, status="RUNNING")
+            try:
+                self.client.update_run(run_id, status="RUNNING")
+                logged = self.client.get_metric_history(run_id, "floats_up")
+            except Exception:
+                raise FedbenchError(
+                    f"the checkpoint belongs to MLflow run {run_id}, which is not in {self.uri}; "
+                    "set tracking.uri to the store the run was recorded in") from None
+            # Rounds are flushed before each checkpoint, so the record holds at least the
+            # checkpoint's rounds; rounds logged after it are recomputed identically but not re-logged.
+            self._skip_through = max([logged_through, *(m.step for m in logged)])
             return run_id
         run = self.client.create_run(self.experiment_id, run_name=self.cfg.tracking.get("run_name"), tags=tags)
         self.run_id = run.info.run_id
@@ -82,14 +131,24 @@ class Recorder:
         from mlflow.entities import Metric
 
         step = int(metrics["round"])
+        if step <= self._skip_through:
+            return
         stamp = int(time.time() * 1000)
-        self._pending += [Metric(k, float(v), stamp, step) for k, v in metrics.items() if k != "round"]
+        self._pending.append([Metric(k, float(v), stamp, step) for k, v in metrics.items() if k != "round"])
         if force or time.monotonic() - self._last_flush > self.flush_seconds:
             self.flush()
 
     def flush(self) -> None:
-        for i in range(0, len(self._pending), 1000):
-            self.client.log_batch(self.run_id, metrics=self._pending[i : i + 1000])
+        """Write the buffered rounds, whole rounds per batch (a batch is one transaction, so a crash
+        never leaves half a round in the record)."""
+        batch: list = []
+        for round_metrics in self._pending:
+            if batch and len(batch) + len(round_metrics) > 1000:
+                self.client.log_batch(self.run_id, metrics=batch)
+                batch = []
+            batch += round_metrics
+        if batch:
+            self.client.log_batch(self.run_id, metrics=batch)
         self._pending = []
         self._last_flush = time.monotonic()
 
@@ -127,6 +186,16 @@ class Recorder:
         return summary
 
     def fail(self, round_: int, reason: str, status: str = "FAILED") -> None:
-        self.flush()
-        self.set_tags({"failure_round": str(round_), "failure_reason": reason})
-        self.client.set_terminated(self.run_id, status=status)
+        """End the run as FAILED or KILLED with its reason; best effort, since the store itself may
+        be what failed (the original error is the one to report)."""
+        if self.run_id is None:
+            return
+        try:
+            self.flush()
+        except Exception:
+            self._pending = []
+        try:
+            self.set_tags({"failure_round": str(round_), "failure_reason": reason[:5000]})
+            self.client.set_terminated(self.run_id, status=status)
+        except Exception as exc:
+            print(f"fedbench: could not mark MLflow run {self.run_id} {status}: {exc}", file=sys.stderr)

@@ -1,0 +1,93 @@
+"""The table of bad configuration inputs: each case is a command line and a phrase its one error
+message must contain. tests/test_bad_inputs.py checks them; scripts/gen_bad_inputs_doc.py
+renders them, with the full messages, into docs/bad_inputs.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+
+CASES: list[tuple[str, str]] = [
+    # unknown names
+    ("algorithm=fedavgg", "Did you mean 'fedavg'?"),
+    ("dataset=fmnistt", "Unknown dataset 'fmnistt'"),
+    ("partition=dirichlett", "Did you mean 'dirichlet'?"),
+    ("model=cnnn", "Unknown model 'cnnn'"),
+    ("experiment=fedadmm/table9", "Unknown experiment 'fedadmm/table9'"),
+    ("engine.executor=vmapp", "Unknown engine.executor 'vmapp'"),
+    ("engine.dtype=float16", "Unknown engine.dtype 'float16'"),
+    ("engine.device=tpu", "engine.device must be auto, cpu, cuda[:k] or mps"),
+    ("aggregation=mean", "Unknown aggregation 'mean'"),
+    ("loss_scale=avg", "Unknown loss_scale 'avg'"),
+    ("tracking.objective=accuracy", "Unknown tracking.objective 'accuracy'"),
+    ("+algorithm.mu=0.1", "Unknown parameter algorithm.mu for algorithm 'fedavg'"),
+    ("+model.width=3", "Unknown parameter model.width for model 'mclr'"),
+    ("+dataset.scale=2", "Unknown parameter dataset.scale for dataset 'digits'"),
+    ("learning_rate=0.1", "Could not override 'learning_rate'"),
+    # sizes and counts
+    ("rounds=0", "rounds must be an integer >= 1, got 0"),
+    ("rounds=-5", "rounds must be an integer >= 1, got -5"),
+    ("rounds=ten", "rounds must be an integer >= 1, got 'ten'"),
+    ("num_clients=0", "num_clients must be an integer >= 1, got 0"),
+    ("clients_per_round=0", "clients_per_round must be an integer >= 1, got 0"),
+    ("clients_per_round=50", "clients_per_round=50 exceeds num_clients=20"),
+    ("num_clients=5000 clients_per_round=10", "num_clients=5000 exceeds the 1437 training samples"),
+    ("local_steps=5", "set exactly one of local_steps and local_epochs"),
+    ("local_epochs=null", "set exactly one of local_steps and local_epochs"),
+    ("local_steps=0 local_epochs=null", "local_steps must be an integer >= 1, got 0"),
+    ("local_epochs=0.5", "local_epochs must be an integer >= 1, got 0.5"),
+    ("batch_size=-1", "batch_size must be an integer >= 0, got -1"),
+    ("eval_every=-1", "eval_every must be an integer >= 0, got -1"),
+    ("seed=-1", "seed must be an integer >= 0, got -1"),
+    ("engine.client_chunk=-2", "engine.client_chunk must be an integer >= 0, got -2"),
+    ("tracking.checkpoint_every=-1", "tracking.checkpoint_every must be an integer >= 0, got -1"),
+    # rates
+    ("eta_l=0", "eta_l must be a finite number > 0, got 0"),
+    ("eta_l=-0.1", "eta_l must be a finite number > 0, got -0.1"),
+    ("eta_l=nan", "eta_l must be a finite number > 0, got nan"),
+    ("eta_l=inf", "eta_l must be a finite number > 0, got inf"),
+    ("eta_g=0", "eta_g must be a finite number > 0, got 0"),
+    ("eta_l_decay=0", "eta_l_decay must be a finite number > 0, got 0"),
+    # partitions
+    ("partition.alpha=0", "partition.alpha must be > 0, got 0"),
+    ("partition.alpha=-1", "partition.alpha must be > 0, got -1"),
+    ("partition.min_size=100", "partition.min_size=100 x 20 clients exceeds 1437 samples"),
+    ("partition=shards partition.shards_per_client=0", "partition.shards_per_client must be >= 1, got 0"),
+    ("partition=shards partition.shards_per_client=100", "shards: 20 clients x 100 shards exceeds 1437 samples"),
+    ("partition=natural", "partition=natural needs a data set with its own users"),
+    ("dataset=synthetic partition=natural num_clients=10", "the data set has 30 users; set num_clients=30"),
+    # targets and objectives
+    ("targets=[1.5]", "targets must lie in (0, 1], got 1.5"),
+    ("targets=[0]", "targets must lie in (0, 1], got 0"),
+    ("targets=[-0.2,0.9]", "targets must lie in (0, 1], got -0.2"),
+    ("tracking.objective=rounds_to_0.5", "tracking.objective=rounds_to_0.5 names a target not in targets"),
+    # models that do not fit the data, data that is not there
+    ("model=cnn dataset=synthetic partition=natural num_clients=30", "model 'cnn' does not fit data set 'synthetic'"),
+    ("dataset=mnist data.root=/nonexistent/fedbench-data", "mnist not found: place train-images-idx3-ubyte[.gz]"),
+    ("dataset=fmnist data.root=/nonexistent/fedbench-data hydra.run.dir=/etc/hostname/run",
+     "cannot create the output folder /etc/hostname/run: /etc/hostname is a file"),
+    # sweeps: a bad value in any job stops the grid before the first job
+    ("-m eta_l=0.1,0.05,-1", "eta_l must be a finite number > 0, got -1"),
+    ("-m algorithm=fedavg,fedsdg", "Did you mean 'fedsgd'?"),
+]
+
+
+def diagnose(line: str) -> str:
+    """The one-line message of a command line's first error ('' when it has none): the CLI's
+    preflight over every job, then building the run (data, partition, model) as run_job does."""
+    from hydra import compose, initialize_config_dir
+
+    from fedbench.engine.build import build_federation
+    from fedbench.errors import FedbenchError
+    from fedbench.preflight import preflight
+
+    argv = ["--multirun" if a == "-m" else a for a in line.split()]
+    try:
+        preflight(CONF, argv)
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):
+            cfg = compose("config", overrides=[a for a in argv if not a.startswith(("-", "hydra."))])
+        build_federation(cfg)
+    except FedbenchError as exc:
+        return str(exc)
+    return ""

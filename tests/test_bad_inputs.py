@@ -1,0 +1,48 @@
+"""Bad configuration inputs: each stops with one message naming the value and the fix, before
+any work (in-process through the CLI's preflight, plus a few real command lines for exit code 2)."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+
+import pytest
+
+from tests.bad_inputs import CASES, CONF, diagnose
+from tests.faultkit import ROOT, error_lines, fedbench, runs
+
+
+@functools.cache
+def message(line: str) -> str:
+    return diagnose(line)
+
+
+@pytest.mark.parametrize("line,needle", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gives_its_message(line, needle):
+    assert needle in message(line)
+
+
+def test_table_is_large_and_the_doc_is_current():
+    assert len(CASES) >= 30 and len({c[0] for c in CASES}) == len(CASES)
+    spec = importlib.util.spec_from_file_location("gen", ROOT / "scripts" / "gen_bad_inputs_doc.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    expected = gen.render([(line, message(line)) for line, _ in CASES])
+    assert (ROOT / "docs" / "bad_inputs.md").read_text() == expected, "run python scripts/gen_bad_inputs_doc.py"
+
+
+def test_a_good_config_passes():
+    assert diagnose("rounds=1") == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("line", ["eta_l=-0.1", "-m algorithm=fedavg,fedsdg"])
+def test_command_line_exits_2_with_one_error_line(tmp_path, line):
+    db = tmp_path / "m.db"
+    args = ["--multirun" if a == "-m" else a for a in line.split()]
+    out = fedbench("run", *args, f"tracking.uri=sqlite:///{db}", f"hydra.run.dir={tmp_path}/run",
+                   f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert error_lines(out.stderr) == [f"error: {message(line)}"] and "Traceback" not in out.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
+    assert not db.exists() or runs(db)[1] == []
