@@ -158,7 +158,7 @@ class Clock:
         return {
             "first_round_at": self.starts[0],
             "round_times": [e - s for s, e in zip(self.starts, ends)],
-            "round1": round1.tolist(),
+            "round1": round1,
             "accuracy": accuracy(fed, final),
         }
 
@@ -280,7 +280,7 @@ def run_flower(workload: str, rounds: int) -> dict:
 def run_pfl(workload: str, rounds: int) -> dict:
     from pfl.aggregate.simulate import SimulatedBackend
     from pfl.algorithm import FederatedAveraging, NNAlgorithmParams
-    from pfl.callback import TrainingProcessCallback
+    from pfl.callback.base import TrainingProcessCallback
     from pfl.data.dataset import Dataset
     from pfl.data.federated_dataset import FederatedDataset
     from pfl.hyperparam import NNTrainHyperParams
@@ -363,8 +363,11 @@ def run_child(framework: str, workload: str, rounds: int, python: str) -> dict:
         launched = time.time()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
-            return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1][-200:]}
+            log = Path(tempfile.gettempdir()) / f"bench_peers_{framework}_{workload}.log"
+            log.write_text(proc.stdout + proc.stderr)
+            return {"error": f"exit {proc.returncode}, output in {log}"}
         result = json.loads(out.read_text())
+        result["round1"] = torch.load(out.with_suffix(".pt"))
     result["startup"] = result.pop("first_round_at") - launched
     return result
 
@@ -389,7 +392,8 @@ def bare_seconds(workload: str, repeats: int) -> float:
 
 
 def median_timed(result: dict) -> float:
-    return statistics.median(result["round_times"][TIMED_FROM - 1 :])
+    times = result["round_times"]
+    return statistics.median(times[TIMED_FROM - 1 :] or times[1:] or times)  # short runs: all but round 1
 
 
 def main() -> None:
@@ -407,6 +411,7 @@ def main() -> None:
     if args.child:
         torch.manual_seed(SEED)
         result = RUNNERS[args.child](args.workloads, int(args.rounds))
+        torch.save(result.pop("round1"), Path(args.out).with_suffix(".pt"))
         Path(args.out).write_text(json.dumps(result))
         return
 
@@ -440,7 +445,7 @@ def main() -> None:
             dev = float("nan")
             checks = []
             if "round1" in reference and fw != "seq":
-                dev = float((torch.tensor(res["round1"]) - torch.tensor(reference["round1"])).abs().max())
+                dev = float((res["round1"] - reference["round1"]).abs().max())
                 checks.append(f"round1 {'ok' if dev <= ROUND1_TOL else 'FAIL'}")
                 if R == rounds[workload] and R == results["seq"][0]:
                     gap = abs(res["accuracy"] - reference["accuracy"])
