@@ -62,15 +62,15 @@ FRAMEWORKS = ("fedbench", "seq", "flower", "pfl")
 
 
 # -- the shared workload -------------------------------------------------------------------------
-def federation(workload: str, rounds: int):
-    """fedbench's Federation for a workload, its clients replaced by the equal-size IID split."""
+def federation(w: dict, rounds: int):
+    """fedbench's Federation for a workload (a WORKLOADS entry), its clients replaced by the
+    equal-size IID split."""
     from hydra import compose, initialize_config_dir
 
     from fedbench.cli import CONF_DIR
     from fedbench.engine.build import build_federation
     from fedbench.engine.local import ClientData
 
-    w = WORKLOADS[workload]
     overrides = [
         "dataset=fmnist", f"model={w['model']}", "partition=iid", f"num_clients={w['num_clients']}",
         f"clients_per_round={w['cohort']}", "local_steps=null", "local_epochs=1", f"batch_size={BATCH}",
@@ -164,7 +164,7 @@ class Clock:
 
 
 # -- the frameworks (each runs in a child process) --------------------------------------------------
-def run_fedbench(workload: str, rounds: int) -> dict:
+def run_fedbench(workload: dict, rounds: int) -> dict:
     from fedbench.engine.loop import initial_state, run
 
     fed, info = federation(workload, rounds)
@@ -185,7 +185,7 @@ def run_fedbench(workload: str, rounds: int) -> dict:
     return out
 
 
-def run_seq(workload: str, rounds: int) -> dict:
+def run_seq(workload: dict, rounds: int) -> dict:
     fed, _ = federation(workload, rounds)
     module = fed.flat.module
     torch.nn.utils.vector_to_parameters(fed.x0, module.parameters())
@@ -215,8 +215,7 @@ def _flower_train(msg, context):
     from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 
     if "fed" not in _ACTOR:
-        cfg = msg.content["config"]
-        fed, _ = federation(str(cfg["workload"]), 1)
+        fed, _ = federation(json.loads(str(msg.content["config"]["workload"])), 1)
         _ACTOR["fed"] = fed
         _ACTOR["module"] = fed.flat.module
     fed, module = _ACTOR["fed"], _ACTOR["module"]
@@ -229,7 +228,7 @@ def _flower_train(msg, context):
     return Message(content, reply_to=msg)
 
 
-def run_flower(workload: str, rounds: int) -> dict:
+def run_flower(workload: dict, rounds: int) -> dict:
     from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
     from flwr.clientapp import ClientApp
     from flwr.serverapp import ServerApp
@@ -251,7 +250,7 @@ def run_flower(workload: str, rounds: int) -> dict:
             nodes = sorted(grid.get_node_ids())
             messages = []
             for cid in cohort(fed, server_round - 1):
-                conf = ConfigRecord({"server-round": server_round, "cid": cid, "workload": workload})
+                conf = ConfigRecord({"server-round": server_round, "cid": cid, "workload": json.dumps(workload)})
                 content = RecordDict({"arrays": arrays, "config": conf})
                 messages.append(Message(content=content, message_type=MessageType.TRAIN, dst_node_id=nodes[cid]))
             return messages
@@ -277,7 +276,7 @@ def run_flower(workload: str, rounds: int) -> dict:
     return clock.result(result["round1"], result["final"], fed)
 
 
-def run_pfl(workload: str, rounds: int) -> dict:
+def run_pfl(workload: dict, rounds: int) -> dict:
     from pfl.aggregate.simulate import SimulatedBackend
     from pfl.algorithm import FederatedAveraging, NNAlgorithmParams
     from pfl.callback.base import TrainingProcessCallback
@@ -376,7 +375,7 @@ def bare_seconds(workload: str, repeats: int) -> float:
     """The bare vmap'd loop of scripts/bench_engine.py on round 1's minibatches (exact shapes)."""
     from bench_engine import time_bare_vmap
 
-    fed, _ = federation(workload, 1)
+    fed, _ = federation(WORKLOADS[workload], 1)
     ids = cohort(fed, 0)
     per_client = client_batches(fed, 0, ids)
 
@@ -410,7 +409,7 @@ def main() -> None:
 
     if args.child:
         torch.manual_seed(SEED)
-        result = RUNNERS[args.child](args.workloads, int(args.rounds))
+        result = RUNNERS[args.child](WORKLOADS[args.workloads], int(args.rounds))
         torch.save(result.pop("round1"), Path(args.out).with_suffix(".pt"))
         Path(args.out).write_text(json.dumps(result))
         return
