@@ -421,7 +421,7 @@ def main() -> None:
     load = os.getloadavg()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; s/round = median of rounds >= {TIMED_FROM}")
-    header = (f"{'workload':<8} {'framework':<9} {'rounds':>6} {'s/round':>8} {'start-up':>8} {'/fedbench':>9} "
+    header = (f"{'workload':<8} {'framework':<14} {'rounds':>6} {'s/round':>8} {'start-up':>8} {'/fedbench':>9} "
               f"{'/bare':>7} {'round1 dev':>10} {'acc %':>6}  checks")
     print(header)
     print("-" * len(header))
@@ -438,7 +438,7 @@ def main() -> None:
         base = median_timed(results["fedbench"][1]) if "fedbench" in results and "error" not in results["fedbench"][1] else None
         for fw, (R, res) in results.items():
             if "error" in res:
-                print(f"{workload:<8} {fw:<9} {R:>6}  failed: {res['error']}")
+                print(f"{workload:<8} {fw:<14} {R:>6}  failed: {res['error']}")
                 continue
             t = median_timed(res)
             dev = float("nan")
@@ -451,10 +451,13 @@ def main() -> None:
                     checks.append(f"acc {'ok' if gap <= ACC_TOL else 'FAIL'} ({gap:.2f} pt)")
             ratio = f"{t / base:>9.2f}" if base else f"{'-':>9}"
             name = fw + (f"[{res['executor']}]" if "executor" in res else "")
-            print(f"{workload:<8} {name:<9} {R:>6} {t:>8.4f} {res['startup']:>8.1f} {ratio} {t / bare:>7.2f} "
+            print(f"{workload:<8} {name:<14} {R:>6} {t:>8.4f} {res['startup']:>8.1f} {ratio} {t / bare:>7.2f} "
                   f"{dev:>10.1e} {res['accuracy']:>6.2f}  {', '.join(checks)}", flush=True)
-        print(f"{workload:<8} {'bare':<9} {'':>6} {bare:>8.4f} {'':>8} {bare / base if base else float('nan'):>9.2f} {1.0:>7.2f}",
-              flush=True)
+        print(f"{workload:<8} {'bare':<14} {'':>6} {bare:>8.4f} {'':>8} {bare / base if base else float('nan'):>9.2f} {1.0:>7.2f}")
+        if base and "seq" in results and "error" not in reference:
+            best = min(median_timed(reference), bare)
+            print(f"{workload:<8} fedbench / min(seq, bare) = {base / best:.2f}; load average now "
+                  f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}", flush=True)
 
 
 if __name__ == "__main__":
