@@ -265,6 +265,8 @@ def run_flower(workload: dict, rounds: int) -> dict:
 
     @server.main()
     def main(grid, context):
+        while len(list(grid.get_node_ids())) < fed.clients.num_clients:  # nodes still registering
+            time.sleep(0.05)
         strategy = CohortFedAvg(fraction_evaluate=0.0)
         out = strategy.start(grid=grid, initial_arrays=ArrayRecord(module.state_dict()), num_rounds=rounds)
         clock.end = time.time()
