@@ -34,10 +34,10 @@ def local_sgd(
         if momentum:
             buf = D if buf is None else momentum * buf + D
             D = buf
-        X_new = X - work.lr * D
+        X_new = X.sub(D, alpha=work.lr)  # one pass over [s, d], as torch.optim.SGD
         if prox is not None:
             X_new = prox(X_new, work.lr)
-        X = torch.where(work.active(t)[:, None], X_new, X)
+        X = X_new if t < work.min_steps else torch.where(work.active(t)[:, None], X_new, X)
     return X
 
 

@@ -115,7 +115,9 @@ class LocalWork:
         else:
             self.steps = torch.full_like(self.sizes, int(self.local_steps or 0))
         self.max_steps = int(self.steps.max()) if len(self.steps) else 0
-        self._width = int(self.per_batch.max())
+        self.min_steps = int(self.steps.min()) if len(self.steps) else 0  # steps all clients take
+        # Host copies: each step's batch width is known without a device sync.
+        self._host = [v.cpu() for v in (self.sizes, self.per_batch, self.steps_per_epoch, self.steps)]
 
     # -- schedule ----------------------------------------------------------------------------
     @property
@@ -156,7 +158,7 @@ class LocalWork:
         k = t - epoch * self.steps_per_epoch
         perm = self._permutation(epoch)
         start = k * self.per_batch
-        pos = start[:, None] + torch.arange(self._width, device=self.ids.device)
+        pos = start[:, None] + torch.arange(self._step_width(t), device=self.ids.device)
         end = (start + self.per_batch).minimum(self.sizes)
         valid = pos < end[:, None]
         local = torch.gather(perm, 1, pos.clamp(max=perm.shape[1] - 1))
@@ -165,6 +167,14 @@ class LocalWork:
             keys = hash_keys(self.data.seed, self.round, self.ids[:, None], TAG_AUGMENT, t, pos, device=self.ids.device)
             batch.x = self.data.transform(batch.x, keys)
         return batch
+
+    def _step_width(self, t: int) -> int:
+        """The longest batch of step t among active clients: an epoch's short last batch is not
+        padded to B (padding costs as much compute as data)."""
+        sizes, per_batch, steps_per_epoch, steps = self._host
+        start = (t % steps_per_epoch) * per_batch
+        width = ((start + per_batch).minimum(sizes) - start).masked_fill(t >= steps, 0)
+        return max(int(width.max()), 1) if len(width) else 1
 
     def block_batch(self, j: Tensor, num_blocks: int) -> Batch:
         """Block j[s] of each client's M fixed blocks, weighted so that the gradient is

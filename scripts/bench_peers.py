@@ -1,0 +1,466 @@
+"""fedbench against the frameworks people use, side by side in one run on the same workload.
+
+Workloads: FedAvg on Fashion-MNIST, IID, one local epoch of batch 50 at lr 0.05, uniform
+averaging, no evaluation during the timed rounds:
+
+  mlp_2nn / cnn, 100 clients x 250 samples (a seeded draw of 25,000 of the 60,000 training
+          images), 10 clients per round: 5 local steps of 50
+  mlp_2nn / cnn, 1,000 clients x 60 samples (all 60,000 images), 100 clients per round: one
+          epoch is a step of 50 and a step of 10
+
+Frameworks, each in its own process (start-up = process launch to the start of round 1):
+
+  fedbench  fedbench.engine.loop.run on the federation built from the config
+  seq       a sequential per-client PyTorch loop as research code writes it: one module reused,
+            load_state_dict, a DataLoader and an SGD optimizer per client, state_dict averaging
+  flower    Flower's simulation engine (run_simulation, Ray backend), its FedAvg strategy with
+            a ClientApp running the same client code as `seq`
+  pfl       pfl-research's SimulatedBackend + FederatedAveraging + PyTorchModel (its own loop)
+  bare      a bare vmap'd training loop (scripts/bench_engine.py) on the same shapes: the
+            kernel-only bound, timed in the orchestrating process
+
+Fairness: all start from the same initial weights (fedbench's seeded model), train the cohorts
+of fedbench.engine.streams.sample_cohort, and visit each client's samples in the order that
+fedbench.engine.local.LocalWork.batch gives (the peers' shuffling is replaced by that order).
+Checks: every framework's round-1 global model equals `seq`'s to 1e-4 (max abs), and test
+accuracies after the last round agree within 0.5 points.
+
+    PYTHONPATH=. /tmp/peers/bin/python scripts/bench_peers.py [--workloads mlp100,cnn100,mlp1000]
+        [--frameworks fedbench,seq,flower,pfl] [--rounds 30] [--pfl-python /tmp/pflenv/bin/python]
+
+Install the peers with `pip install -e .[peers]` (flwr[simulation], pfl); pfl may need its own
+virtual env (`--pfl-python`). Seconds per round are medians over rounds 6 and later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+WORKLOADS = {
+    "mlp100": dict(model="mlp_2nn", num_clients=100, per_client=250, cohort=10),
+    "cnn100": dict(model="cnn", num_clients=100, per_client=250, cohort=10),
+    "mlp1000": dict(model="mlp_2nn", num_clients=1000, per_client=60, cohort=100),
+    "cnn1000": dict(model="cnn", num_clients=1000, per_client=60, cohort=100),
+}
+BATCH, LR, SEED = 50, 0.05, 0
+TIMED_FROM = 6  # rounds 1..5 are warm-up
+ROUND1_TOL, ACC_TOL = 1e-4, 0.5
+FRAMEWORKS = ("fedbench", "seq", "flower", "pfl")
+
+
+# -- the shared workload -------------------------------------------------------------------------
+def federation(w: dict, rounds: int):
+    """fedbench's Federation for a workload (a WORKLOADS entry), its clients replaced by the
+    equal-size IID split."""
+    from hydra import compose, initialize_config_dir
+
+    from fedbench.cli import CONF_DIR
+    from fedbench.engine.build import build_federation
+    from fedbench.engine.local import ClientData
+
+    overrides = [
+        "dataset=fmnist", f"model={w['model']}", "partition=iid", f"num_clients={w['num_clients']}",
+        f"clients_per_round={w['cohort']}", "local_steps=null", "local_epochs=1", f"batch_size={BATCH}",
+        f"eta_l={LR}", "eval_every=0", f"rounds={rounds}", f"seed={SEED}", "engine.device=cpu",
+    ]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=overrides)
+    fed, info = build_federation(cfg)
+    # The iid partition splits all 60,000 images; the 100-client workload holds 250 each.
+    parts = split(len(fed.clients.y), w["num_clients"], w["per_client"])
+    c = fed.clients
+    clients = ClientData.from_partition(c.x, c.y, parts, c.seed, c.grad_fn, c.loss_scale)
+    return dataclasses.replace(fed, clients=clients), info
+
+
+def split(num_samples: int, num_clients: int, per_client: int) -> list[np.ndarray]:
+    perm = np.random.default_rng([SEED, 0x5B]).permutation(num_samples)[: num_clients * per_client]
+    return [np.sort(p) for p in np.split(perm, num_clients)]
+
+
+def cohort(fed, r: int) -> list[int]:
+    from fedbench.engine.streams import sample_cohort
+
+    return sample_cohort(fed.seed, r, fed.clients.num_clients, fed.clients_per_round).tolist()
+
+
+def client_batches(fed, r: int, ids: list[int]) -> list[list[torch.Tensor]]:
+    """Each client's minibatches (sample indices into the training set) in round r, exactly as
+    LocalWork.batch draws them."""
+    from fedbench.engine.local import LocalWork
+
+    class Indices(LocalWork):
+        def _gather(self, idx, valid):  # the indices instead of the gathered samples
+            return idx, valid
+
+    ids_t = torch.tensor(ids)
+    work = Indices(fed.clients, ids_t, r, fed.eta_l, fed.batch_size, torch.ones_like(ids_t), None)
+    out: list[list[torch.Tensor]] = [[] for _ in ids]
+    for t in range(work.max_steps):
+        idx, valid = work.batch(t)
+        active = work.active(t)
+        for i in range(len(ids)):
+            if active[i]:
+                out[i].append(idx[i][valid[i]])
+    return out
+
+
+def train_client(module: nn.Module, global_sd: dict, x, y, batches: list[torch.Tensor], lr: float) -> dict:
+    """The research-code client: load the global model, a DataLoader and an optimizer, SGD."""
+    module.load_state_dict(global_sd)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), sampler=batches, batch_size=None)
+    opt = torch.optim.SGD(module.parameters(), lr=lr)
+    loss_fn = nn.CrossEntropyLoss()
+    for xb, yb in loader:
+        opt.zero_grad()
+        loss_fn(module(xb), yb).backward()
+        opt.step()
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def to_vector(module_or_sd) -> torch.Tensor:
+    sd = module_or_sd.state_dict() if isinstance(module_or_sd, nn.Module) else module_or_sd
+    return torch.cat([torch.as_tensor(v).reshape(-1).float() for v in sd.values()])
+
+
+def accuracy(fed, vector: torch.Tensor) -> float:
+    data = fed.dataset
+    with torch.no_grad():
+        out = fed.flat.forward_flat(vector.to(fed.x0.dtype), data.x_test)
+    return 100.0 * float((out.argmax(1) == data.y_test).double().mean())
+
+
+class Clock:
+    """Round start times (wall clock, comparable across processes) and the end of the last round."""
+
+    def __init__(self):
+        self.starts: list[float] = []
+        self.end = 0.0
+
+    def tick(self):
+        self.starts.append(time.time())
+
+    def result(self, round1: torch.Tensor, final: torch.Tensor, fed) -> dict:
+        ends = [*self.starts[1:], self.end or time.time()]
+        return {
+            "first_round_at": self.starts[0],
+            "round_times": [e - s for s, e in zip(self.starts, ends)],
+            "round1": round1,
+            "accuracy": accuracy(fed, final),
+        }
+
+
+# -- the frameworks (each runs in a child process) --------------------------------------------------
+def run_fedbench(workload: dict, rounds: int) -> dict:
+    from fedbench.engine.loop import initial_state, run
+
+    fed, info = federation(workload, rounds)
+    clock, round1 = Clock(), {}
+
+    def on_round(state, metrics):
+        if state.round == 1:
+            round1["x"] = fed.algorithm.model(state.server).clone()
+        if state.round < rounds:
+            clock.tick()
+
+    state = initial_state(fed)
+    clock.tick()
+    state = run(fed, state, on_round)
+    clock.end = time.time()
+    out = clock.result(round1["x"], fed.algorithm.model(state.server), fed)
+    out["executor"] = info.executor
+    return out
+
+
+def run_seq(workload: dict, rounds: int) -> dict:
+    fed, _ = federation(workload, rounds)
+    module = fed.flat.module
+    torch.nn.utils.vector_to_parameters(fed.x0, module.parameters())
+    x, y = fed.clients.x, fed.clients.y
+    global_sd = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    clock, round1 = Clock(), None
+    for r in range(rounds):
+        clock.tick()
+        ids = cohort(fed, r)
+        batches = client_batches(fed, r, ids)
+        acc = {k: torch.zeros_like(v) for k, v in global_sd.items()}
+        for i in range(len(ids)):
+            sd = train_client(module, global_sd, x, y, batches[i], fed.eta_l)
+            for k in acc:
+                acc[k] += sd[k] / len(ids)
+        global_sd = acc
+        if r == 0:
+            round1 = to_vector(global_sd)
+    clock.end = time.time()
+    return clock.result(round1, to_vector(global_sd), fed)
+
+
+_ACTOR: dict = {}  # per Ray worker process: the federation, loaded once
+
+
+def _flower_train(msg, context):
+    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+
+    if "fed" not in _ACTOR:
+        fed, _ = federation(json.loads(str(msg.content["config"]["workload"])), 1)
+        _ACTOR["fed"] = fed
+        _ACTOR["module"] = fed.flat.module
+    fed, module = _ACTOR["fed"], _ACTOR["module"]
+    cfg = msg.content["config"]
+    cid, r = int(cfg["cid"]), int(cfg["server-round"]) - 1
+    (batches,) = client_batches(fed, r, [cid])
+    sd = train_client(module, msg.content["arrays"].to_torch_state_dict(), fed.clients.x, fed.clients.y, batches, fed.eta_l)
+    n = int(fed.clients.size[cid])
+    content = RecordDict({"arrays": ArrayRecord(sd), "metrics": MetricRecord({"num-examples": n})})
+    return Message(content, reply_to=msg)
+
+
+def run_flower(workload: dict, rounds: int) -> dict:
+    from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import ServerApp
+    from flwr.serverapp.strategy import FedAvg
+    from flwr.simulation import run_simulation
+
+    import bench_peers  # by reference, so that Ray workers import it and keep _ACTOR
+
+    fed, _ = federation(workload, rounds)
+    module = fed.flat.module
+    torch.nn.utils.vector_to_parameters(fed.x0, module.parameters())
+    clock, result = Clock(), {}
+
+    class CohortFedAvg(FedAvg):
+        """FedAvg sending round r's fedbench cohort; node k of the sorted node ids serves client k."""
+
+        def configure_train(self, server_round, arrays, config, grid):
+            clock.tick()
+            nodes = sorted(grid.get_node_ids())
+            messages = []
+            for cid in cohort(fed, server_round - 1):
+                conf = ConfigRecord({"server-round": server_round, "cid": cid, "workload": json.dumps(workload)})
+                content = RecordDict({"arrays": arrays, "config": conf})
+                messages.append(Message(content=content, message_type=MessageType.TRAIN, dst_node_id=nodes[cid]))
+            return messages
+
+        def aggregate_train(self, server_round, replies):
+            arrays, metrics = super().aggregate_train(server_round, replies)
+            if server_round == 1:
+                result["round1"] = to_vector(arrays.to_torch_state_dict())
+            return arrays, metrics
+
+    server = ServerApp()
+
+    @server.main()
+    def main(grid, context):
+        while len(list(grid.get_node_ids())) < fed.clients.num_clients:  # nodes still registering
+            time.sleep(0.05)
+        strategy = CohortFedAvg(fraction_evaluate=0.0)
+        out = strategy.start(grid=grid, initial_arrays=ArrayRecord(module.state_dict()), num_rounds=rounds)
+        clock.end = time.time()
+        result["final"] = to_vector(out.arrays.to_torch_state_dict())
+
+    client = ClientApp()
+    client.train()(bench_peers._flower_train)
+    run_simulation(server_app=server, client_app=client, num_supernodes=fed.clients.num_clients)
+    return clock.result(result["round1"], result["final"], fed)
+
+
+def run_pfl(workload: dict, rounds: int) -> dict:
+    from pfl.aggregate.simulate import SimulatedBackend
+    from pfl.algorithm import FederatedAveraging, NNAlgorithmParams
+    from pfl.callback.base import TrainingProcessCallback
+    from pfl.data.dataset import Dataset
+    from pfl.data.federated_dataset import FederatedDataset
+    from pfl.hyperparam import NNTrainHyperParams
+    from pfl.metrics import Metrics
+    from pfl.model.pytorch import PyTorchModel
+
+    fed, _ = federation(workload, rounds)
+    torch.nn.utils.vector_to_parameters(fed.x0, fed.flat.module.parameters())
+    x, y = fed.clients.x, fed.clients.y
+
+    class Net(nn.Module):
+        def __init__(self, net):
+            super().__init__()
+            self.net = net
+
+        def forward(self, inputs):
+            return self.net(inputs)
+
+        def loss(self, inputs, targets, eval=False):
+            return nn.functional.cross_entropy(self(inputs), targets)
+
+        def metrics(self, inputs, targets, eval=False):
+            return {}
+
+    schedule = [(r, cid) for r in range(rounds) for cid in cohort(fed, r)]
+    position = iter(schedule)
+    current: dict = {}
+
+    def sample_user():
+        current["round"], cid = next(position)
+        return cid
+
+    def make_dataset(cid):  # the client's data laid out in this round's minibatch order
+        (batches,) = client_batches(fed, current["round"], [cid])
+        order = torch.cat(batches)
+        return Dataset((x[order], y[order]), user_id=str(cid))
+
+    net = Net(fed.flat.module)
+    model = PyTorchModel(
+        model=net,
+        local_optimizer_create=torch.optim.SGD,
+        central_optimizer=torch.optim.SGD(net.parameters(), lr=1.0),
+    )
+    clock, round1 = Clock(), {}
+
+    class Timer(TrainingProcessCallback):
+        def on_train_begin(self, *, model):
+            clock.tick()
+            return Metrics()
+
+        def after_central_iteration(self, aggregate_metrics, model, *, central_iteration):
+            if central_iteration == 0:
+                round1["x"] = to_vector(net)
+            if central_iteration + 1 < rounds:
+                clock.tick()
+            return False, Metrics()
+
+    backend = SimulatedBackend(training_data=FederatedDataset(make_dataset, sample_user), val_data=None)
+    algo_params = NNAlgorithmParams(
+        central_num_iterations=rounds, evaluation_frequency=rounds + 1, train_cohort_size=fed.clients_per_round,
+        val_cohort_size=None,
+    )
+    train_params = NNTrainHyperParams(local_num_epochs=1, local_learning_rate=fed.eta_l, local_batch_size=BATCH)
+    FederatedAveraging().run(algo_params, backend, model, train_params, None, callbacks=[Timer()])
+    clock.end = time.time()
+    return clock.result(round1["x"], to_vector(net), fed)
+
+
+RUNNERS = {"fedbench": run_fedbench, "seq": run_seq, "flower": run_flower, "pfl": run_pfl}
+
+
+# -- the orchestrator -------------------------------------------------------------------------------
+def run_child(framework: str, workload: str, rounds: int, python: str) -> dict:
+    """Runs one framework in a fresh process; start-up is launch to the start of round 1."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        here = Path(__file__).resolve().parent
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent), str(here), os.environ.get("PYTHONPATH", "")])}
+        cmd = [python, __file__, "--child", framework, "--workloads", workload, "--rounds", str(rounds), "--out", str(out)]
+        launched = time.time()
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            log = Path(tempfile.gettempdir()) / f"bench_peers_{framework}_{workload}.log"
+            log.write_text(proc.stdout + proc.stderr)
+            return {"error": f"exit {proc.returncode}, output in {log}"}
+        result = json.loads(out.read_text())
+        result["round1"] = torch.load(out.with_suffix(".pt"))
+    result["startup"] = result.pop("first_round_at") - launched
+    return result
+
+
+def bare_seconds(workload: str, repeats: int) -> float:
+    """The bare vmap'd loop of scripts/bench_engine.py on round 1's minibatches (exact shapes)."""
+    from bench_engine import time_bare_vmap
+
+    fed, _ = federation(WORKLOADS[workload], 1)
+    ids = cohort(fed, 0)
+    per_client = client_batches(fed, 0, ids)
+
+    class Batches:
+        cohort_size = len(ids)
+
+        def __iter__(self):
+            for t in range(len(per_client[0])):
+                idx = torch.stack([b[t] for b in per_client])
+                yield fed.clients.x[idx], fed.clients.y[idx]
+
+    return time_bare_vmap(fed, Batches(), repeats)
+
+
+def median_timed(result: dict) -> float:
+    times = result["round_times"]
+    return statistics.median(times[TIMED_FROM - 1 :] or times[1:] or times)  # short runs: all but round 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workloads", default="mlp100,cnn100,mlp1000")
+    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS))
+    parser.add_argument("--rounds", default="30", help="rounds per run; or per workload: mlp100=30,mlp1000=10")
+    parser.add_argument("--flower-rounds", type=int, default=0, help="cap Flower's rounds (it is slow); 0: no cap")
+    parser.add_argument("--pfl-python", default=sys.executable, help="interpreter of pfl's virtual env")
+    parser.add_argument("--repeats", type=int, default=10, help="timed repeats of the bare loop")
+    parser.add_argument("--child", choices=FRAMEWORKS, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.child:
+        torch.manual_seed(SEED)
+        result = RUNNERS[args.child](WORKLOADS[args.workloads], int(args.rounds))
+        torch.save(result.pop("round1"), Path(args.out).with_suffix(".pt"))
+        Path(args.out).write_text(json.dumps(result))
+        return
+
+    rounds = {w: int(args.rounds) for w in WORKLOADS} if "=" not in args.rounds else {
+        k: int(v) for k, v in (item.split("=") for item in args.rounds.split(","))
+    }
+    frameworks = args.frameworks.split(",")
+    load = os.getloadavg()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
+          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; s/round = median of rounds >= {TIMED_FROM}")
+    header = (f"{'workload':<8} {'framework':<14} {'rounds':>6} {'s/round':>8} {'start-up':>8} {'/fedbench':>9} "
+              f"{'/bare':>7} {'round1 dev':>10} {'acc %':>6}  checks")
+    print(header)
+    print("-" * len(header))
+    for workload in args.workloads.split(","):
+        bare = bare_seconds(workload, args.repeats)
+        results = {}
+        for fw in frameworks:
+            R = rounds[workload]
+            if fw == "flower" and args.flower_rounds:
+                R = min(R, args.flower_rounds)
+            python = args.pfl_python if fw == "pfl" else sys.executable
+            results[fw] = (R, run_child(fw, workload, R, python))
+        reference = results.get("seq", (0, {}))[1]
+        base = median_timed(results["fedbench"][1]) if "fedbench" in results and "error" not in results["fedbench"][1] else None
+        for fw, (R, res) in results.items():
+            if "error" in res:
+                print(f"{workload:<8} {fw:<14} {R:>6}  failed: {res['error']}")
+                continue
+            t = median_timed(res)
+            dev = float("nan")
+            checks = []
+            if "round1" in reference and fw != "seq":
+                dev = float((res["round1"] - reference["round1"]).abs().max())
+                checks.append(f"round1 {'ok' if dev <= ROUND1_TOL else 'FAIL'}")
+                if R == rounds[workload] and R == results["seq"][0]:
+                    gap = abs(res["accuracy"] - reference["accuracy"])
+                    checks.append(f"acc {'ok' if gap <= ACC_TOL else 'FAIL'} ({gap:.2f} pt)")
+            ratio = f"{t / base:>9.2f}" if base else f"{'-':>9}"
+            name = fw + (f"[{res['executor']}]" if "executor" in res else "")
+            print(f"{workload:<8} {name:<14} {R:>6} {t:>8.4f} {res['startup']:>8.1f} {ratio} {t / bare:>7.2f} "
+                  f"{dev:>10.1e} {res['accuracy']:>6.2f}  {', '.join(checks)}", flush=True)
+        print(f"{workload:<8} {'bare':<14} {'':>6} {bare:>8.4f} {'':>8} {bare / base if base else float('nan'):>9.2f} {1.0:>7.2f}")
+        if base and "seq" in results and "error" not in reference:
+            best = min(median_timed(reference), bare)
+            print(f"{workload:<8} fedbench / min(seq, bare) = {base / best:.2f}; load average now "
+                  f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
