@@ -11,6 +11,7 @@ import typer
 
 from fedbench import __version__
 from fedbench.errors import FedbenchError
+from fedbench.reproduce.cli import app as reproduce_app
 
 CONF_DIR = Path(os.environ.get("FEDBENCH_CONF", Path(__file__).resolve().parent.parent / "conf"))
 
@@ -35,6 +36,9 @@ app = typer.Typer(
 )
 
 _failures: list[str] = []
+
+
+app.add_typer(reproduce_app, name="reproduce")
 
 
 def _version(value: bool) -> None:
