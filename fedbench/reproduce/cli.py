@@ -4,9 +4,25 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import click
 import typer
+from typer.core import TyperGroup
 
-app = typer.Typer(help="Reproduce the papers' tables and figures and compare with the published numbers.")
+
+class _OneCommandGroup(TyperGroup):
+    """A sub-app whose callback takes every argument (NAME, --scale, Hydra overrides): no subcommands."""
+
+    allow_interspersed_args = True
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return click.Command.parse_args(self, ctx, args)
+
+    def format_usage(self, ctx: click.Context, formatter) -> None:
+        formatter.write_usage(ctx.command_path, "NAME [--scale ci|full] [HYDRA_OVERRIDES]...")
+
+
+app = typer.Typer(cls=_OneCommandGroup,
+                  help="Reproduce the papers' tables and figures and compare with the published numbers.")
 
 EPILOG = """
 Examples:
