@@ -23,7 +23,7 @@ LOSS = Metric("final_loss", "at", "train_loss")
 # Rows: SCAFFOLD and LoSAC with M = 2, 3, 5; columns: T = 2, 4, 6 per data set. The baselines' minibatch is
 # one of the M blocks (A5): batch = n_i / M with n_i = 600 (MNIST), 73 (HAR), 92 (ESR) at N = 100.
 N_I = {"MNIST": 600, "HAR": 73, "ESR": 92}
-DATA = {"MNIST": ("dataset=mnist", "dataset.mean=null", "dataset.std=null"), "HAR": ("dataset=har",), "ESR": ("dataset=esr",)}
+DATA = {"MNIST": ("dataset=mnist_raw",), "HAR": ("dataset=har",), "ESR": ("dataset=esr",)}
 
 
 def table2_arms(datasets, ts, ms, n_i) -> tuple[Arm, ...]:
@@ -148,8 +148,8 @@ register(Reproduction(
     name="losac/fig6", paper=PAPER, title="Fig. 6: deep leakage from gradients (DLG) attack error on client 1",
     claim="the DLG reconstruction error decreases for DSGD and MimeSVRG and increases for FedAvg, SCAFFOLD and LoSAC",
     metrics=(Metric("dlg_error_ratio", "at", "dlg_error_ratio"),),
-    scales={"full": Scale(grid({m: (f"algorithm={a}",) for m, a in (("DSGD", "dsgd"), ("MimeSVRG", "mime_svrg"), ("FedAvg", "fedavg"),
-                                                                    ("SCAFFOLD", "scaffold"), ("LoSAC", "losac"))},
+    scales={"full": Scale(grid({m: (f"algorithm={a}", *more) for m, a, *more in (("DSGD", "dsgd"), ("MimeSVRG", "mime_svrg"), ("FedAvg", "fedavg"),
+                                                                    ("SCAFFOLD", "scaffold"), ("LoSAC", "losac", "algorithm.blocks=1"))},
                                {ds: (f"dataset={d}",) for ds, d in (("MNIST", "mnist_binary"), ("HAR", "har_binary"), ("ESR", "esr"))}),
                           (0, 1, 2), "cpu", "15 arms x 3 seeds x 5 rounds + 100 attack iterations: minutes", ("mnist", "har", "esr"))},
     check=lambda table, scale: [Claim(f"{m}: e_100 {'<' if m in ('DSGD', 'MimeSVRG') else '>'} e_0 on {g}",
