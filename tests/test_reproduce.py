@@ -42,6 +42,33 @@ def test_preset_file_matches_catalog(name):
         assert len({a.slug for a in scale.arms}) == len(scale.arms), "arms must have distinct (method, group)"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CATALOG))
+def test_arms_compose_and_validate(name):
+    """The preset plus each arm's overrides is a valid config (one arm per algorithm and data set)."""
+    from hydra import compose, initialize_config_dir
+
+    from fedbench.config import validate
+    from fedbench.reproduce.run import job_overrides
+
+    rep = CATALOG[name]
+    checked = 0
+    for scale_name, scale in rep.scales.items():
+        if missing(rep, scale_name):
+            continue
+        firsts = {}
+        for arm in scale.arms:
+            key = tuple(o for o in (*scale.overrides, *arm.overrides) if o.startswith(("algorithm=", "dataset=", "model=")))
+            firsts.setdefault((key, arm.preset), arm)
+        for arm in firsts.values():
+            with initialize_config_dir(config_dir=str(fedbench.cli.CONF_DIR), version_base=None):
+                cfg = compose("config", overrides=[*job_overrides(rep, scale, arm), f"seed={scale.seeds[0]}"])
+            validate(cfg)
+            checked += 1
+    if not checked:
+        pytest.skip(f"{name} needs {', '.join(missing(rep, 'full'))}")
+
+
 # composite/fig2 (with its FedMid variant) and composite/fig3 are written by the composite branch
 OWNED_ELSEWHERE = {"composite/fig2": "composite", "composite/fig3": "composite"}
 
