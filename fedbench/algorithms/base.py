@@ -9,6 +9,10 @@ state, in the order of a round (DESIGN.md):
     client_update(down, client, work) -> (what goes up [s, ...], new client state [s, ...])
     aggregate(server, up, cohort)     -> new server state
 
+Two-phase rounds (`two_phase = True`, Mime) add `prepare(down, client, work)` (a first upload from
+every client of the cohort) and `rebroadcast(server, down, prepared, cohort)` (the second
+broadcast) between `broadcast` and `client_update`.
+
 `client_update` is vectorised over a chunk of the cohort: every tensor it receives or returns
 has the chunk's clients on dim 0, and it must treat clients independently (the engine may split
 the cohort into chunks of any size). `work` (engine.local.LocalWork) gives the minibatches,
@@ -69,6 +73,7 @@ class Algorithm:
 
     name: ClassVar[str] = ""
     metadata_keys: ClassVar[tuple[str, ...]] = ()
+    two_phase: ClassVar[bool] = False  # rounds with a first upload before local training (Mime)
     setting: Setting = field(init=False, repr=False)
 
     def setup(self, setting: Setting) -> None:
@@ -85,6 +90,16 @@ class Algorithm:
 
     def broadcast(self, server: State, round_: int) -> State:
         return {"x": server["x"]}
+
+    def prepare(self, down: State, client: State, work) -> State:
+        """Two-phase rounds only: what each client uploads before local training."""
+        raise NotImplementedError
+
+    def rebroadcast(self, server: State, down: State, prepared: State, cohort: Cohort) -> State:
+        """Two-phase rounds only: the second broadcast, built from the prepared uploads [S, ...].
+        It holds everything the clients receive (the first broadcast's entries included), and
+        floats down are counted on it alone."""
+        raise NotImplementedError
 
     def client_update(self, down: State, client: State, work) -> tuple[State, State]:
         raise NotImplementedError

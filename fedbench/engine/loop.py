@@ -71,6 +71,10 @@ def _numel(state: State, skip: tuple[str, ...]) -> int:
     return sum(v.numel() for k, v in state.items() if k not in skip)
 
 
+def _concat(uploads: list[State]) -> State:
+    return {k: torch.cat([u[k] for u in uploads]) for k in uploads[0]}
+
+
 def run_round(fed: Federation, state: RunState) -> tuple[float, float]:
     """One communication round in place on `state`; returns (floats down, floats up)."""
     algo, r = fed.algorithm, state.round
@@ -82,22 +86,33 @@ def run_round(fed: Federation, state: RunState) -> tuple[float, float]:
     down = algo.broadcast(state.server, r)
     lr = fed.eta_l * fed.eta_l_decay**r
     epochs_all = None if fed.local_epochs is None else torch.full((len(ids),), fed.local_epochs, device=fed.device)
-    uploads: list[State] = []
+    chunks = []
     for start in range(0, len(ids), fed.client_chunk):
         chunk = ids[start : start + fed.client_chunk]
         work = LocalWork(
             fed.clients, ids_t[start : start + len(chunk)], r, lr, fed.batch_size,
             None if epochs_all is None else epochs_all[start : start + len(chunk)], fed.local_steps,
         )
-        client = {name: t.gather(chunk, fed.device) for name, t in state.tables.items()}
-        up, new_client = algo.client_update(down, client, work)
+        chunks.append((chunk, work))
+
+    def client_state(chunk: list[int]) -> State:
+        return {name: t.gather(chunk, fed.device) for name, t in state.tables.items()}
+
+    floats_up = 0
+    if algo.two_phase:  # Mime, FedDANE: the clients' first uploads shape a second broadcast
+        prepared = _concat([algo.prepare(down, client_state(chunk), work) for chunk, work in chunks])
+        down = algo.rebroadcast(state.server, down, prepared, cohort)
+        floats_up += _numel(prepared, algo.metadata_keys)
+    uploads: list[State] = []
+    for chunk, work in chunks:
+        up, new_client = algo.client_update(down, client_state(chunk), work)
         for name, values in new_client.items():
             state.tables[name].scatter(chunk, values)
         uploads.append(up)
-    up = {k: torch.cat([u[k] for u in uploads]) for k in uploads[0]}
+    up = _concat(uploads)
     state.server = algo.aggregate(state.server, up, cohort)
     floats_down = len(ids) * _numel(down, algo.metadata_keys)
-    floats_up = _numel(up, algo.metadata_keys)
+    floats_up += _numel(up, algo.metadata_keys)
     return floats_down, floats_up
 
 

@@ -1,0 +1,26 @@
+#!/bin/bash
+# Test accuracy of every baseline after ROUNDS rounds (default 100) on Fashion-MNIST, Dirichlet(0.3)
+# over 100 clients, 10 per round, 2NN, one local epoch of batch 50 at eta_l = 0.05; one run at a time.
+#   ROUNDS=20 bash scripts/baselines_fmnist.sh     # then read test_accuracy from the MLflow store
+set -u
+ROUNDS=${ROUNDS:-100}
+STORE=${STORE:-sqlite:////tmp/baselines_mlflow.db}
+COMMON=(dataset=fmnist partition=dirichlet partition.alpha=0.3 model=mlp_2nn num_clients=100 clients_per_round=10
+        local_epochs=1 batch_size=50 eta_l=0.05 rounds="$ROUNDS" eval_every="$ROUNDS" seed=0 engine.threads=1
+        tracking.uri="$STORE")
+while read -r name overrides; do
+  fedbench run "${COMMON[@]}" algorithm="$name" $overrides < /dev/null || echo "$name failed" >&2
+done <<'LIST'
+fedavg
+fedprox
+scaffold
+scaffold_prox
+feddyn
+fedcm
+fedavgm eta_g=0.1
+fedadam eta_g=0.01
+fedyogi eta_g=0.01
+fedadagrad eta_g=0.01
+dsgd
+mime_svrg
+LIST
