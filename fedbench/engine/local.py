@@ -174,7 +174,7 @@ class LocalWork:
 
     def _gather(self, idx: Tensor, valid: Tensor) -> Batch:
         count = valid.sum(1, keepdim=True).clamp(min=1)
-        w = valid.to(self.data.x.dtype) / count  # minibatch mean (in the engine dtype: exact float64 runs)
+        w = valid.double() / count  # minibatch mean (in float64: exact in float64 runs)
         if self.data.loss_scale == "sum":
             w = w * self.sizes[:, None]
         return Batch(self.data.x[idx], self.data.y[idx], w.to(self.data.x.dtype))

@@ -143,6 +143,8 @@ def run(
         if fed.eval_every and (state.round % fed.eval_every == 0 or last):
             for k, v in evaluate(fed.flat, x, data.x_test, data.y_test, data.task).items():
                 metrics[f"test_{k}"] = v
+            if data.model_metrics is not None:
+                metrics.update(data.model_metrics(x))
         if fed.train_loss_every and (state.round % fed.train_loss_every == 0 or last):
             for k, v in evaluate(fed.flat, x, data.x_train, data.y_train, data.task).items():
                 metrics[f"train_{k}"] = v
