@@ -8,6 +8,7 @@ state, in the order of a round (DESIGN.md):
     broadcast(server, round)          -> what goes down (dict of tensors, the same for every client)
     client_update(down, client, work) -> (what goes up [s, ...], new client state [s, ...])
     aggregate(server, up, cohort)     -> new server state
+    metrics(server)                   -> optional extra per-round metrics (default none)
 
 Two-phase rounds (`two_phase = True`, Mime) add `prepare(down, client, work)` (a first upload from
 every client of the cohort) and `rebroadcast(server, down, prepared, cohort)` (the second
@@ -27,6 +28,7 @@ server-side optimisers and second-order state (FedOpt, FedSSO) kept in the serve
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -55,6 +57,9 @@ class Setting:
     eta_g: float
     client_sizes: Tensor  # [N] local data set sizes
     device: torch.device = torch.device("cpu")
+    # x [d] -> (grad f(x), f(x)) for the federation's objective f = sum_i p_i f_i over all N clients
+    # (p_i from `aggregation`): exact, costs one pass over all training data; for diagnostics only.
+    objective_grad: Callable[[Tensor], tuple[Tensor, Tensor]] | None = None
 
 
 @dataclass(frozen=True)
@@ -110,3 +115,8 @@ class Algorithm:
     def model(self, server: State) -> Tensor:
         """The global model to evaluate."""
         return server["x"]
+
+    def metrics(self, server: State) -> dict[str, float]:
+        """Extra per-round metrics of the new server state (e.g. a stationarity measure), logged
+        with the round's metrics; called after aggregation, outside the timed part of the round."""
+        return {}

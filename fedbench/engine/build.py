@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from omegaconf import DictConfig
@@ -11,7 +12,7 @@ from fedbench.algorithms.base import Setting
 from fedbench.config import build_algorithm, params_of, validate
 from fedbench.data import DATASETS, fingerprint, make_partition
 from fedbench.engine.executors import auto_executor, make_grad_fn
-from fedbench.engine.local import ClientData
+from fedbench.engine.local import ClientData, objective_gradient
 from fedbench.engine.loop import Federation
 from fedbench.errors import ConfigError
 from fedbench.models import build_model
@@ -68,6 +69,9 @@ def build_federation(cfg: DictConfig) -> tuple[Federation, BuildInfo]:
     grad_fn = make_grad_fn(flat, dataset.task, executor)
     clients = ClientData.from_partition(dataset.x_train, dataset.y_train, parts, cfg.seed, grad_fn, cfg.loss_scale)
     algorithm = build_algorithm(cfg)
+    sizes = clients.size.double()
+    objective_weights = sizes / sizes.sum() if cfg.aggregation == "num_samples" else torch.full_like(sizes, 1 / len(sizes))
+    chunk = cfg.engine.client_chunk or cfg.clients_per_round
     algorithm.setup(
         Setting(
             num_clients=cfg.num_clients,
@@ -77,6 +81,7 @@ def build_federation(cfg: DictConfig) -> tuple[Federation, BuildInfo]:
             eta_g=float(cfg.eta_g),
             client_sizes=clients.size,
             device=device,
+            objective_grad=partial(objective_gradient, clients, weights=objective_weights, chunk=chunk),
         )
     )
     state_device = cfg.engine.client_state_device

@@ -209,3 +209,16 @@ class LocalWork:
     def randint(self, high: int, *tags: int) -> Tensor:
         """Per-client integers uniform in {0..high-1}."""
         return (self.uniform(*tags) * high).long().clamp(max=high - 1)
+
+
+def objective_gradient(data: ClientData, x: Tensor, weights: Tensor, chunk: int) -> tuple[Tensor, Tensor]:
+    """(grad f(x), f(x)) of the federated objective f = sum_i weights_i f_i over all clients,
+    computed exactly, `chunk` clients at a time."""
+    ids = torch.arange(data.num_clients, device=data.size.device)
+    G, f = torch.zeros_like(x), x.new_zeros(())
+    for start in range(0, len(ids), chunk):
+        work = LocalWork(data, ids[start : start + chunk], 0, 0.0, 0, None, 1)
+        g, loss = work.full_grad(x.expand(work.num_clients, -1))
+        p = weights[start : start + chunk].to(x.dtype)
+        G, f = G + p @ g, f + p @ loss
+    return G, f

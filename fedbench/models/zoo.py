@@ -58,5 +58,10 @@ def _image_shape(input_shape: tuple[int, ...]) -> tuple[int, int, int]:
 
 
 @MODELS.register("linear", "linear model with bias (least squares, regression problems)")
-def linear(input_shape: tuple[int, ...], num_classes: int, bias: bool = True) -> nn.Module:
-    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes, bias=bias))
+def linear(input_shape: tuple[int, ...], num_classes: int, bias: bool = True, zero_init: bool = False) -> nn.Module:
+    """zero_init: start from x^0 = 0 (composite.md §2.4) instead of PyTorch's random init."""
+    layer = nn.Linear(math.prod(input_shape), num_classes, bias=bias)
+    if zero_init:
+        for p in layer.parameters():
+            nn.init.zeros_(p)
+    return nn.Sequential(nn.Flatten(), layer)
