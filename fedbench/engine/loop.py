@@ -138,6 +138,7 @@ def run(
             "floats_down": state.floats_down,
             "floats_up": state.floats_up,
             "wall_time": state.wall_time,
+            **fed.algorithm.metrics(state.server),
         }
         last = state.round == fed.rounds
         if fed.eval_every and (state.round % fed.eval_every == 0 or last):
