@@ -35,6 +35,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+app.add_typer(__import__("fedbench.data_cli", fromlist=["app"]).app, name="data")
+
 _failures: list[str] = []
 
 

@@ -34,6 +34,7 @@ class Dataset:
     name: str = ""
     train_owner: Tensor | None = None  # client id of each training sample, for natural partitions
     model_metrics: Callable[[Tensor], dict[str, float]] | None = None
+    augment: Callable[[Tensor, Tensor], Tensor] | None = None  # minibatch transform (x, keys) -> x, data/augment.py
 
     @property
     def input_shape(self) -> tuple[int, ...]:

@@ -42,7 +42,8 @@ def digits(root: str = "data", download: bool = False, test_fraction: float = 0.
 
 
 def _idx_dataset(
-    name: str, folders: list[Path], torchvision_cls: str, root: str, download: bool, mean: float, std: float
+    name: str, folders: list[Path], torchvision_cls: str, root: str, download: bool, mean: float | None,
+    std: float | None, binary: bool = False,
 ) -> Dataset:
     def locate() -> dict[str, Path] | None:
         for folder in folders:
@@ -71,6 +72,8 @@ def _idx_dataset(
     y_train, y_test = read_idx(files["train_y"]).long(), read_idx(files["test_y"]).long()
     if len(x_train) != len(y_train) or len(x_test) != len(y_test):
         raise DataUnavailableError(f"{name}: image and label files disagree in length ({folders[0]})")
+    if binary:  # LoSAC's DLG task (losac.md §4.1): label <= 5 -> 0, else 1
+        return Dataset(x_train, (y_train > 5).float(), x_test, (y_test > 5).float(), num_classes=1, task="binary", name=name)
     return Dataset(x_train, y_train, x_test, y_test, num_classes=10, name=name)
 
 
@@ -80,17 +83,23 @@ def _missing_hint(name: str, folders: list[Path]) -> str:
 
 
 @DATASETS.register("fmnist", "Fashion-MNIST, 28x28 grey, 60,000/10,000 (IDX files; Debian package found)")
-def fmnist(root: str = "data", download: bool = False) -> Dataset:
+def fmnist(
+    root: str = "data", download: bool = False, mean: float | None = 0.2860, std: float | None = 0.3530, binary: bool = False
+) -> Dataset:
+    """`mean`/`std` null: pixels in [0, 1]; FedADMM normalises FMNIST with MNIST's 0.1307/0.3081."""
     folders = [Path(root) / "fmnist", Path(root) / "FashionMNIST" / "raw", DEBIAN_FASHION_MNIST]
     if env := os.environ.get("FEDBENCH_FMNIST_DIR"):
         folders.insert(0, Path(env))
-    return _idx_dataset("fmnist", folders, "FashionMNIST", root, download, 0.2860, 0.3530)
+    return _idx_dataset("fmnist", folders, "FashionMNIST", root, download, mean, std, binary)
 
 
 @DATASETS.register("mnist", "MNIST, 28x28 grey, 60,000/10,000 (IDX files, torchvision download)")
-def mnist(root: str = "data", download: bool = False) -> Dataset:
+def mnist(
+    root: str = "data", download: bool = False, mean: float | None = 0.1307, std: float | None = 0.3081, binary: bool = False
+) -> Dataset:
+    """`mean`/`std` null: pixels in [0, 1] (LoSAC); 0.5/0.5 maps to [-1, 1] (FedSSO). `binary`: label > 5."""
     folders = [Path(root) / "mnist", Path(root) / "MNIST" / "raw"]
-    return _idx_dataset("mnist", folders, "MNIST", root, download, 0.1307, 0.3081)
+    return _idx_dataset("mnist", folders, "MNIST", root, download, mean, std, binary)
 
 
 @DATASETS.register("synthetic", "FedProx Synthetic(alpha, beta): 60 features, 10 classes, per-client models")

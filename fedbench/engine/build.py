@@ -67,7 +67,9 @@ def build_federation(cfg: DictConfig) -> tuple[Federation, BuildInfo]:
     if executor == "auto":
         executor = auto_executor(cfg.model.name, device)
     grad_fn = make_grad_fn(flat, dataset.task, executor)
-    clients = ClientData.from_partition(dataset.x_train, dataset.y_train, parts, cfg.seed, grad_fn, cfg.loss_scale)
+    clients = ClientData.from_partition(
+        dataset.x_train, dataset.y_train, parts, cfg.seed, grad_fn, cfg.loss_scale, transform=dataset.augment
+    )
     algorithm = build_algorithm(cfg)
     sizes = clients.size.double()
     objective_weights = sizes / sizes.sum() if cfg.aggregation == "num_samples" else torch.full_like(sizes, 1 / len(sizes))

@@ -6,13 +6,14 @@ of the cohort; an algorithm's client update only ever calls it with [s, d] tenso
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
 
 from fedbench.engine.executors import GradFn
-from fedbench.engine.streams import TAG_ALGO, TAG_BLOCK, TAG_SHUFFLE, hash_keys, uniform
+from fedbench.engine.streams import TAG_ALGO, TAG_AUGMENT, TAG_BLOCK, TAG_SHUFFLE, hash_keys, uniform
 
 _PAD_KEY = 2**40  # sorts padding positions after every real sample
 
@@ -31,15 +32,17 @@ class ClientData:
     seed: int
     grad_fn: GradFn
     loss_scale: str = "mean"  # 'mean': f_i = mean loss; 'sum': f_i = sum of losses (LoSAC eq. 6)
+    # training augmentation of minibatches: (x [s, B, ...], per-sample keys [s, B]) -> x
+    transform: Callable[[Tensor, Tensor], Tensor] | None = None
     _blocks: dict[int, tuple[Tensor, Tensor]] = field(default_factory=dict)
 
     @classmethod
-    def from_partition(cls, x, y, parts, seed, grad_fn, loss_scale="mean") -> ClientData:
+    def from_partition(cls, x, y, parts, seed, grad_fn, loss_scale="mean", transform=None) -> ClientData:
         sizes = torch.tensor([len(p) for p in parts], dtype=torch.int64)
         index = torch.zeros(len(parts), int(sizes.max()), dtype=torch.int64)
         for i, p in enumerate(parts):
             index[i, : len(p)] = torch.as_tensor(p, dtype=torch.int64)
-        return cls(x, y, index.to(x.device), sizes.to(x.device), seed, grad_fn, loss_scale)
+        return cls(x, y, index.to(x.device), sizes.to(x.device), seed, grad_fn, loss_scale, transform)
 
     @property
     def num_clients(self) -> int:
@@ -147,7 +150,8 @@ class LocalWork:
         return self._perm_cache[key]
 
     def batch(self, t: int) -> Batch:
-        """Local step t's minibatch of every client in the chunk."""
+        """Local step t's minibatch of every client in the chunk (augmented if the data set says so;
+        exact gradients, `full_batches` and `block_batch`, never are)."""
         epoch = torch.div(t, self.steps_per_epoch, rounding_mode="floor")
         k = t - epoch * self.steps_per_epoch
         perm = self._permutation(epoch)
@@ -156,7 +160,11 @@ class LocalWork:
         end = (start + self.per_batch).minimum(self.sizes)
         valid = pos < end[:, None]
         local = torch.gather(perm, 1, pos.clamp(max=perm.shape[1] - 1))
-        return self._gather(torch.gather(self._index, 1, local), valid)
+        batch = self._gather(torch.gather(self._index, 1, local), valid)
+        if self.data.transform is not None:
+            keys = hash_keys(self.data.seed, self.round, self.ids[:, None], TAG_AUGMENT, t, pos, device=self.ids.device)
+            batch.x = self.data.transform(batch.x, keys)
+        return batch
 
     def block_batch(self, j: Tensor, num_blocks: int) -> Batch:
         """Block j[s] of each client's M fixed blocks, weighted so that the gradient is

@@ -39,7 +39,7 @@ def uniform(*parts: int | Tensor, device: torch.device | str = "cpu") -> Tensor:
 
 
 # Stream tags, so that different uses of the same (seed, round, client) never share draws.
-TAG_SHUFFLE, TAG_BLOCK, TAG_ALGO = 1, 2, 3
+TAG_SHUFFLE, TAG_BLOCK, TAG_ALGO, TAG_AUGMENT = 1, 2, 3, 4
 
 
 def sample_cohort(seed: int, round_: int, num_clients: int, clients_per_round: int) -> np.ndarray:

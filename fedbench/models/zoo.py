@@ -12,8 +12,11 @@ MODELS: Registry = Registry("model")
 
 
 @MODELS.register("mclr", "multinomial logistic regression (one linear layer)")
-def mclr(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes))
+def mclr(input_shape: tuple[int, ...], num_classes: int, zero_init: bool = False) -> nn.Module:
+    model = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes))
+    if zero_init:  # FedSSO's MCLR starts at 0 (fedsso.md A17)
+        nn.init.zeros_(model[1].weight), nn.init.zeros_(model[1].bias)
+    return model
 
 
 @MODELS.register("mlp_2nn", "McMahan's 2NN: input-200-200-classes MLP with ReLU")
