@@ -152,7 +152,6 @@ def run(
         for k in ("test_loss", "train_loss"):
             if k in metrics and not math.isfinite(metrics[k]):
                 raise DivergenceError(state.round, f"non-finite {k.replace('_', ' ')}")
-        metrics.update(fed.algorithm.metrics(state.server))
         metrics["round"] = state.round
         state.history.append(metrics)
         if on_round is not None:
