@@ -109,12 +109,13 @@ register(Reproduction(
         set(table["method"]), key=lambda m: value(table, m, "Dir-0.6", "final_acc") - value(table, m, "Dir-0.3", "final_acc")) == "FedSpeed")],
 ))
 
-ABLATION = {"FedAvg-like (none)": ("algorithm.mu=0", "algorithm.use_correction=false", "algorithm.use_perturbation=false"),
-            "prox": ("algorithm.use_correction=false", "algorithm.use_perturbation=false"),
-            "prox + correction": ("algorithm.use_perturbation=false",),
-            "prox + perturbation": ("algorithm.use_correction=false",),
-            "FedSpeed (all three)": ()}
-C100 = (*DATA["CIFAR-10"], "partition=iid", *P100, "rounds=500", "algorithm=fedspeed")
+FS = "algorithm=fedspeed"
+ABLATION = {"FedAvg-like (none)": ("algorithm=fedavg",),
+            "prox": (FS, "algorithm.use_correction=false", "algorithm.use_perturbation=false"),
+            "prox + correction": (FS, "algorithm.use_perturbation=false"),
+            "prox + perturbation": (FS, "algorithm.use_correction=false"),
+            "FedSpeed (all three)": (FS,)}
+C100 = (*DATA["CIFAR-10"], "partition=iid", *P100, "rounds=500")
 register(Reproduction(
     name="fedspeed/table4_6", paper=PAPER, title="Table 4.6: module ablation (prox-term, prox-correction, gradient perturbation)",
     claim="accuracy grows with each module: correction +1.70, perturbation +1.64, both +3.46 over prox alone",
