@@ -64,11 +64,11 @@ register(Reproduction(
     scales={
         "full": Scale(table2_arms(("MNIST", "HAR", "ESR"), (2, 4, 6), (2, 3, 5), N_I), (0, 1, 2), "gpu",
                       "54 arms x 3 seeds x 2000 rounds of a 2NN: ~30 GPU-hours (CPU: days)", ("mnist", "har", "esr")),
-        "ci": Scale(table2_arms(("digits",), (2, 6), (2, 5), {"digits": 72}), (0, 1), "cpu", "~3 min on 2 CPU cores",
-                    overrides=("dataset=digits", "num_clients=20", "clients_per_round=5", "rounds=150", "eta_l=0.002",
+        "ci": Scale(table2_arms(("digits",), (2, 6), (2, 5), {"digits": 14}), (0, 1), "cpu", "~3 min on 2 CPU cores",
+                    overrides=("dataset=digits", "num_clients=100", "clients_per_round=10", "rounds=200", "eta_l=0.002",
                                "++model.hidden=64", "train_loss_every=1"),
-                    note="digits (1,437 train images) label-sorted over 20 clients, 5 per round, 2NN with 64 hidden units, "
-                         "eta=2e-3, 150 rounds (loss@500/acc@500 read at the last round)"),
+                    note="digits (1,437 train images) label-sorted over 100 clients (14 each), 10 per round, 2NN with 64 hidden "
+                         "units, eta=2e-3, 200 rounds (loss@500/acc@500 read at the last round)"),
     },
     check=check_table2, plot=("test_accuracy", "train_loss"),
 ))
