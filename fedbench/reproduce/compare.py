@@ -132,7 +132,7 @@ def comparison(rep: Reproduction, measured: pd.DataFrame) -> pd.DataFrame:
             paper_speed.append(""), speed.append(""), speed_value.append(math.nan)
             continue
         paper_speed.append(speedup(ref.paper_value, r.paper_value, math.nan)[1] if r.paper else "")
-        value, text = speedup(ref.mean, r.mean, r.budget)
+        value, text = speedup(ref.mean, r.mean, ref.budget)  # an unreached reference counts as its own budget
         speed.append(text), speed_value.append(value)
     table["paper_speedup"], table["speedup"], table["speedup_value"] = paper_speed, speed, speed_value
     return table
