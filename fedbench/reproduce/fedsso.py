@@ -76,7 +76,7 @@ register(Reproduction(
     claim="FedSSO communicates as much as FedAvg (n_c), SCAFFOLD and FedDANE twice as much, FedNL d times as much",
     metrics=(Metric("floats_up/round", "per_round", "floats_up"), Metric("floats_down/round", "per_round", "floats_down")),
     scales={s: Scale(tuple(Arm(m, "digits MCLR", o) for m, o in COMM.items()), (0,), "cpu", "seconds",
-                     overrides=("dataset=digits", "model=mclr", "rounds=3", "num_clients=5", "clients_per_round=5"),
+                     overrides=("dataset=digits", "partition=iid", "model=mclr", "rounds=3", "num_clients=5", "clients_per_round=5"),
                      note="communication does not depend on the data: digits MCLR, 3 rounds")
             for s in ("ci", "full")},
     check=lambda table, scale: [
