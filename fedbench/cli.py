@@ -12,6 +12,7 @@ import typer
 from fedbench import __version__
 from fedbench.errors import FedbenchError
 from fedbench.report import REPORT_EXAMPLES, report
+from fedbench.reproduce.cli import app as reproduce_app
 
 CONF_DIR = Path(os.environ.get("FEDBENCH_CONF", Path(__file__).resolve().parent.parent / "conf"))
 
@@ -36,6 +37,9 @@ app = typer.Typer(
 )
 
 app.add_typer(__import__("fedbench.data_cli", fromlist=["app"]).app, name="data")
+
+
+app.add_typer(reproduce_app, name="reproduce")
 
 
 def _version(value: bool) -> None:
