@@ -39,16 +39,25 @@ def federation(model: str, S: int, B: int, K: int, executor: str):
     return build_federation(cfg)
 
 
-def time_engine(fed, repeats: int) -> float:
-    state = initial_state(fed)
-    run_round(fed, state)  # warm-up
+def median_seconds(fn, repeats: int) -> float:
+    """Median wall time of fn() over `repeats` calls, after one warm-up call."""
+    fn()
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
-        run_round(fed, state)
-        state.round += 1
+        fn()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
+
+
+def time_engine(fed, repeats: int) -> float:
+    state = initial_state(fed)
+
+    def one_round():
+        run_round(fed, state)
+        state.round += 1
+
+    return median_seconds(one_round, repeats)
 
 
 class CohortBatches:
@@ -99,13 +108,7 @@ def time_sequential(fed, batches, repeats: int) -> float:
             acc += torch.nn.utils.parameters_to_vector(module.parameters())
         return acc / S
 
-    one_round()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        one_round()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return median_seconds(one_round, repeats)
 
 
 def time_bare_vmap(fed, batches, repeats: int) -> float:
@@ -125,13 +128,7 @@ def time_bare_vmap(fed, batches, repeats: int) -> float:
             X = X - fed.eta_l * torch.cat([grads[n].reshape(S, -1) for n in flat.names], 1)
         return X.mean(0)
 
-    one_round()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        one_round()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return median_seconds(one_round, repeats)
 
 
 def main() -> None:

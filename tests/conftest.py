@@ -40,3 +40,22 @@ def run_history(*overrides: str):
 
     fed, _ = build_federation(make_cfg(*overrides))
     return run(fed).history
+
+
+def build(*overrides):
+    """The Federation of a composed config."""
+    from fedbench.engine.build import build_federation
+
+    return build_federation(make_cfg(*overrides))[0]
+
+
+def advance(fed, state, rounds, each=None):
+    """Run `rounds` rounds in place on `state`, calling `each(state)` after every round."""
+    from fedbench.engine.loop import run_round
+
+    for _ in range(rounds):
+        run_round(fed, state)
+        state.round += 1
+        if each is not None:
+            each(state)
+    return state

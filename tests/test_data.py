@@ -23,7 +23,8 @@ def write_idx(path, array: np.ndarray, compress: bool) -> None:
     (gzip.open if compress else open)(path, "wb").write(header + body)
 
 
-def write_mnist_like(folder, n_train=50, n_test=20, compress=True, seed=0):
+def write_mnist_like(folder, n_train=50, n_test=20, compress=False, seed=0):
+    """Original IDX files (uncompressed: a .gz under the original name must match the published md5)."""
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
     data = {}
@@ -57,7 +58,7 @@ def test_idx_truncated_is_a_clear_error(tmp_path):
 
 @pytest.mark.parametrize("layout", ["mnist", "MNIST/raw"])
 def test_mnist_loader_reads_both_layouts(tmp_path, layout):
-    data = write_mnist_like(tmp_path / layout, compress=(layout == "mnist"))
+    data = write_mnist_like(tmp_path / layout)
     ds = DATASETS.get("mnist")(root=str(tmp_path))
     assert ds.x_train.shape == (50, 1, 28, 28) and ds.x_test.shape == (20, 1, 28, 28)
     assert torch.equal(ds.y_train, torch.from_numpy(data["train"][1]).long())

@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import make_cfg
+from conftest import advance, build
 from fedbench.algorithms import load_all
 from fedbench.algorithms.fedadmm import heterogeneous_epochs
-from fedbench.engine.build import build_federation
 from fedbench.engine.local import LocalWork
 from fedbench.engine.loop import initial_state, run_round
 from fedbench.engine.streams import sample_cohort
@@ -17,19 +16,6 @@ from fedbench.errors import ConfigError
 
 LSTSQ = ["dataset=lstsq", "model=linear", "partition=natural", "num_clients=8", "clients_per_round=3",
          "engine.dtype=float64", "eval_every=0", "batch_size=8", "local_epochs=3", "eta_l=0.02"]
-
-
-def build(*overrides):
-    return build_federation(make_cfg(*overrides))[0]
-
-
-def advance(fed, state, rounds, each=None):
-    for _ in range(rounds):
-        run_round(fed, state)
-        state.round += 1
-        if each is not None:
-            each(state)
-    return state
 
 
 def final_x(*overrides, rounds=4):

@@ -3,7 +3,6 @@ and FedSpeed, and exact convergence on heterogeneous least squares (spec papers/
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 

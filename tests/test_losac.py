@@ -7,11 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import make_cfg
+from conftest import advance, build
 from fedbench.algorithms import load_all
 from fedbench.algorithms.losac import draw_blocks
 from fedbench.algorithms.prox import Regularizer, singular_value_threshold, soft_threshold
-from fedbench.engine.build import build_federation
 from fedbench.engine.local import LocalWork
 from fedbench.engine.loop import initial_state, run_round
 from fedbench.errors import ConfigError
@@ -20,19 +19,6 @@ LSTSQ = ["dataset=lstsq", "model=linear", "partition=natural", "num_clients=8", 
          "batch_size=0", "eval_every=0", "local_epochs=null"]
 # target 3's problem: n_i = 40, unit noise, heterogeneous feature shifts and optima
 HETERO = [*LSTSQ, "dataset.samples_per_user=40", "dataset.noise=1.0", "dataset.dim=4", "local_steps=5"]
-
-
-def build(*overrides):
-    return build_federation(make_cfg(*overrides))[0]
-
-
-def advance(fed, state, rounds, each=None):
-    for _ in range(rounds):
-        run_round(fed, state)
-        state.round += 1
-        if each is not None:
-            each(state)
-    return state
 
 
 def global_grad(fed, x):

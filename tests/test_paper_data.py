@@ -4,7 +4,6 @@ and the minibatch augmentation hook."""
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import pickle
 

@@ -124,7 +124,8 @@ def run_grid(rep: Reproduction, scale: Scale, stamp: str, out: Path, extra: tupl
     for arm in scale.arms:
         argv = [*job_overrides(rep, scale, arm, extra), f"seed={seeds}", f"tracking.experiment={rep.name}",
                 f"tracking.run_name={stamp}-{arm.slug}", f"hydra.sweep.dir={out / 'runs' / stamp / arm.slug}",
-                "--multirun"]
+                # the comparison reads this invocation's runs: arms with equal configs must all run
+                "tracking.skip_finished=false", "--multirun"]
         print(f"[reproduce] {rep.name}: {arm.method} [{arm.group}] seeds {seeds}", flush=True)
         if hydra_main(argv) != 0:
             failures.append(f"{arm.method} [{arm.group}]")
