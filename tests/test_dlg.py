@@ -70,7 +70,9 @@ def test_dsgd_and_mime_leak_the_exact_gradient(algorithm):
     assert torch.allclose(G, _exact_gradient(fed, x), atol=1e-5)
 
 
-def test_scaffold_observation_is_mean_local_direction():
-    fed, _ = build_federation(make_cfg(*ONE_SAMPLE, "algorithm=scaffold", "num_clients=100", "clients_per_round=10"))
-    x, G, _ = observe(fed, attack_round=1)  # c = c_i = 0 in round 1: one step is a plain gradient step
+@pytest.mark.parametrize("algorithm", ["scaffold", "losac"])
+def test_model_delta_observation_is_mean_local_direction(algorithm):
+    extra = ["algorithm.blocks=1"] if algorithm == "losac" else []  # M = 1: the block is the client's data
+    fed, _ = build_federation(make_cfg(*ONE_SAMPLE, f"algorithm={algorithm}", "num_clients=100", "clients_per_round=10", *extra))
+    x, G, _ = observe(fed, attack_round=1)  # zero state in round 1: one step is a plain gradient step
     assert torch.allclose(G, _exact_gradient(fed, x), atol=1e-5)

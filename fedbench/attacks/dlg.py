@@ -36,7 +36,7 @@ def observed_first_upload(algo: Algorithm, down: State, client: State, work: Loc
 def observed_model_change(algo: Algorithm, down: State, client: State, work: LocalWork) -> Tensor:
     """FedAvg, SCAFFOLD, LoSAC, ...: G = (x - x_1^+) / (eta T), the mean local search direction."""
     up, _ = algo.client_update(down, client, work)
-    key = "delta" if "delta" in up else "dy"
+    key = next(k for k in ("delta", "dy", "dx") if k in up)  # the model change, as each algorithm names it
     return -up[key][0] / (work.lr * float(work.steps[0]))
 
 
