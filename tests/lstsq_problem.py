@@ -6,8 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from conftest import make_cfg
-from fedbench.engine.build import build_federation
+from conftest import build
 from fedbench.engine.loop import Federation, RunState, initial_state, run, run_round
 
 N = 8
@@ -20,10 +19,6 @@ LSTSQ = [
 ]
 # minibatches and partial participation: the random streams matter
 STOCHASTIC = [*LSTSQ, "clients_per_round=3", "batch_size=5", "local_steps=3", "rounds=2"]
-
-
-def build(*overrides: str) -> Federation:
-    return build_federation(make_cfg(*overrides))[0]
 
 
 def train(*overrides: str) -> tuple[Federation, RunState]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import advance
 from lstsq_problem import LSTSQ, N, STOCHASTIC, build, global_grad, local_grad, run_until, train
 from fedbench.algorithms.prox import soft_threshold
 from fedbench.engine.local import LocalWork
@@ -116,24 +117,20 @@ def _table(state, name, fed):
     return state.tables[name].gather(list(range(N)), fed.device)  # never-seen clients read as 0
 
 
+def _assert_server_mean(state, fed, server_key, table_key):
+    assert torch.allclose(state.server[server_key], _table(state, table_key, fed).mean(0), rtol=0, atol=1e-13)
+
+
 def test_scaffold_server_c_is_the_mean_of_all_client_variates():
     fed = build(*STOCHASTIC, "algorithm=scaffold", "rounds=6")
-    state = initial_state(fed)
-    for _ in range(6):
-        run_round(fed, state)
-        state.round += 1
-        assert torch.allclose(state.server["c"], _table(state, "c", fed).mean(0), rtol=0, atol=1e-13)
+    advance(fed, initial_state(fed), 6, each=lambda state: _assert_server_mean(state, fed, "c", "c"))
 
 
 def test_feddyn_server_h_averages_over_all_clients():
     """h = (1/N) sum over ALL N clients of g_k = grad L_k(theta_k), absent clients included;
     averaging over the cohort (1/S) breaks it."""
     fed = build(*STOCHASTIC, "algorithm=feddyn", "algorithm.alpha=0.5", "rounds=6")
-    state = initial_state(fed)
-    for _ in range(6):
-        run_round(fed, state)
-        state.round += 1
-        assert torch.allclose(state.server["h"], _table(state, "g", fed).mean(0), rtol=0, atol=1e-13)
+    advance(fed, initial_state(fed), 6, each=lambda state: _assert_server_mean(state, fed, "h", "g"))
 
 
 def test_scaffold_option_II_variate_is_the_mean_gradient_along_each_clients_own_path():
