@@ -7,7 +7,7 @@
   bare     a bare vmap'd training loop with no FL logic (batches pre-gathered)
 
 for mclr, mlp_2nn and cnn at S in {10, 100} clients per round and B in {10, 50}, K local steps.
-Prints seconds per round (median over repeats) and the ratio engine(auto) / min(seq, bare).
+Prints seconds per round (median over interleaved repeats) and the ratio engine(auto) / min(seq, bare).
 
     python scripts/bench_engine.py [--steps 5] [--repeats 5] [--models mclr,mlp_2nn,cnn]
 """
@@ -39,25 +39,31 @@ def federation(model: str, S: int, B: int, K: int, executor: str):
     return build_federation(cfg)
 
 
-def median_seconds(fn, repeats: int) -> float:
-    """Median wall time of fn() over `repeats` calls, after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
+def interleaved_medians(fns: dict, repeats: int, min_seconds: float = 1.0) -> dict[str, float]:
+    """Median wall time of each fn(), the variants timed in turn (one call each per pass) so that
+    a change of machine load hits all of them alike; at least `repeats` passes and, for fast
+    cells, as many as fill `min_seconds` per variant. One warm-up call each first."""
+    for fn in fns.values():
         fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    passes = 0
+    while passes < repeats or min(sum(v) for v in times.values()) < min_seconds and passes < 200:
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t)
+        passes += 1
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
-def time_engine(fed, repeats: int) -> float:
+def engine_round(fed):
     state = initial_state(fed)
 
     def one_round():
         run_round(fed, state)
         state.round += 1
 
-    return median_seconds(one_round, repeats)
+    return one_round
 
 
 class CohortBatches:
@@ -70,12 +76,7 @@ class CohortBatches:
         ids = torch.tensor(sample_cohort(fed.seed, 0, fed.clients.num_clients, fed.clients_per_round))
         work = LocalWork(fed.clients, ids, 0, fed.eta_l, fed.batch_size, None, K)
         self.x, self.y = fed.clients.x, fed.clients.y
-        self.index = []
-        for t in range(K):
-            epoch = t // work.steps_per_epoch
-            perm = work._permutation(epoch)
-            pos = (t - epoch * work.steps_per_epoch)[:, None] * work.per_batch[:, None] + torch.arange(fed.batch_size)
-            self.index.append(torch.gather(work._index, 1, torch.gather(perm, 1, pos)))
+        self.index = [work.batch_index(t) for t in range(K)]
 
     def __iter__(self):
         for idx in self.index:
@@ -90,7 +91,7 @@ class CohortBatches:
         return self.index[0].shape[0]
 
 
-def time_sequential(fed, batches, repeats: int) -> float:
+def sequential_round(fed, batches):
     module = fed.flat.module
     x0 = fed.x0
     S = batches.cohort_size
@@ -108,10 +109,10 @@ def time_sequential(fed, batches, repeats: int) -> float:
             acc += torch.nn.utils.parameters_to_vector(module.parameters())
         return acc / S
 
-    return median_seconds(one_round, repeats)
+    return one_round
 
 
-def time_bare_vmap(fed, batches, repeats: int) -> float:
+def bare_vmap_round(fed, batches):
     flat = fed.flat
     module = flat.module
     S = batches.cohort_size
@@ -128,7 +129,7 @@ def time_bare_vmap(fed, batches, repeats: int) -> float:
             X = X - fed.eta_l * torch.cat([grads[n].reshape(S, -1) for n in flat.names], 1)
         return X.mean(0)
 
-    return median_seconds(one_round, repeats)
+    return one_round
 
 
 def main() -> None:
@@ -153,10 +154,14 @@ def main() -> None:
                 fed_l, _ = federation(model, S, B, args.steps, "loop")
                 _, info_a = federation(model, S, B, args.steps, "auto")
                 batches = CohortBatches(fed_v, args.steps)
-                t_v = time_engine(fed_v, args.repeats)
-                t_l = time_engine(fed_l, args.repeats)
-                t_seq = time_sequential(fed_v, batches, args.repeats)
-                t_bare = time_bare_vmap(fed_v, batches, args.repeats)
+                t = interleaved_medians(
+                    {
+                        "vmap": engine_round(fed_v), "loop": engine_round(fed_l),
+                        "seq": sequential_round(fed_v, batches), "bare": bare_vmap_round(fed_v, batches),
+                    },
+                    args.repeats,
+                )
+                t_v, t_l, t_seq, t_bare = t["vmap"], t["loop"], t["seq"], t["bare"]
                 t_auto = t_v if info_a.executor == "vmap" else t_l
                 best = min(t_seq, t_bare)
                 mark_v, mark_l = ("*", " ") if info_a.executor == "vmap" else (" ", "*")

@@ -82,3 +82,53 @@ def test_unequal_local_work_is_masked():
     spe = (fed.clients.size[:4] + 63) // 64
     assert torch.equal(work.steps, spe * torch.tensor([1, 2, 1, 3]))
     assert work.active(int(spe[0])).tolist()[0] is False
+
+
+def test_minibatch_schedule_does_not_depend_on_its_block_size(monkeypatch):
+    """A round's minibatches are planned in blocks of steps; a block of one step must give the
+    same samples, weights and batch widths (epochs, short last batches, unequal work, padding)."""
+    import fedbench.engine.local as local
+
+    cfg = make_cfg("num_clients=7", "clients_per_round=7", "partition=dirichlet", "partition.alpha=0.2")
+    fed, _ = build_federation(cfg)
+    ids = torch.arange(7)
+
+    def draws(**schedule):
+        out = []
+        for B, epochs, steps in [(8, torch.tensor([1, 2, 1, 3, 1, 2, 1]), None), (7, None, 40), (0, None, 3)]:
+            work = LocalWork(fed.clients, ids, 3, 0.1, B, epochs, steps)
+            out += [(work.batch_index(t), work.batch(t).w, work.batch(t).uniform) for t in range(work.max_steps + 2)]
+        return out
+
+    whole = draws()
+    monkeypatch.setattr(local, "_SCHEDULE_ENTRIES", 1)
+    stepwise = draws()
+    assert len(whole) == len(stepwise) > 40
+    for (i1, w1, u1), (i2, w2, u2) in zip(whole, stepwise):
+        assert torch.equal(i1, i2) and torch.equal(w1, w2) and u1 == u2
+    assert any(u for _, _, u in whole) and not all(u for _, _, u in whole)
+
+
+def test_uniform_batches_take_the_mean_loss_path_with_the_same_gradient():
+    cfg = make_cfg("num_clients=10", "clients_per_round=4", "partition=iid", "model=mlp_2nn")
+    fed, _ = build_federation(cfg)
+    work = LocalWork(fed.clients, torch.tensor([1, 4, 6, 9]), 0, 0.1, 16, None, 2)
+    batch = work.batch(0)
+    assert batch.uniform and torch.allclose(batch.w, torch.full_like(batch.w, 1 / 16))
+    X = fed.x0.expand(4, -1).clone()
+    G_mean, loss_mean = work.grad(X, batch)
+    G_weighted, loss_weighted = fed.clients.grad_fn(X, batch.x, batch.y, batch.w)
+    assert torch.allclose(G_mean, G_weighted, atol=1e-6) and torch.allclose(loss_mean, loss_weighted, atol=1e-6)
+
+
+def test_client_chunk_choice():
+    from fedbench.engine.build import client_chunk
+
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert client_chunk(0, 100, 199_210, torch.float32, cpu, "loop") == 1  # the loop trains client by client
+    assert client_chunk(0, 100, 199_210, torch.float32, cpu, "vmap") == 21  # 16 MiB of [s, d] float32
+    assert client_chunk(0, 100, 199_210, torch.float64, cpu, "vmap") == 10
+    assert client_chunk(0, 100, 7_850, torch.float32, cpu, "vmap") == 100
+    assert client_chunk(0, 100, 199_210, torch.float32, gpu, "vmap") == 100
+    assert client_chunk(7, 100, 199_210, torch.float32, gpu, "vmap") == 7
+    assert client_chunk(500, 100, 10, torch.float32, cpu, "vmap") == 100

@@ -20,32 +20,36 @@ from fedbench.models.flat import FlatModel
 EXECUTORS = ("vmap", "loop")
 
 
-def per_sample_loss(task: str) -> Callable[[Tensor, Tensor], Tensor]:
+def per_sample_loss(task: str, reduction: str = "none") -> Callable[[Tensor, Tensor], Tensor]:
     if task == "classification":
-        return lambda out, y: F.cross_entropy(out, y, reduction="none")
+        return lambda out, y: F.cross_entropy(out, y, reduction=reduction)
     if task == "binary":
-        return lambda out, y: F.binary_cross_entropy_with_logits(out.squeeze(-1), y, reduction="none")
+        return lambda out, y: F.binary_cross_entropy_with_logits(out.squeeze(-1), y, reduction=reduction)
     if task == "regression":  # (<x, a> - y)^2, no 1/2 (LoSAC eq. 20)
-        return lambda out, y: (out.squeeze(-1) - y) ** 2
+        return lambda out, y: F.mse_loss(out.squeeze(-1), y, reduction=reduction)
     raise unknown_choice("task", task, ("classification", "binary", "regression"))
 
 
-GradFn = Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+GradFn = Callable[[Tensor, Tensor, Tensor, Tensor | None], tuple[Tensor, Tensor]]
 
 
 def make_grad_fn(flat: FlatModel, task: str, executor: str) -> GradFn:
-    """Returns f(X [s,d], xb [s,B,...], yb [s,B], wb [s,B]) -> (G [s,d], weighted loss [s])."""
-    loss_of = per_sample_loss(task)
+    """Returns f(X [s,d], xb [s,B,...], yb [s,B], wb [s,B] or None) -> (G [s,d], weighted loss [s]);
+    wb = None means the plain minibatch mean (every weight 1/B), one fused reduction cheaper."""
+    loss_of, mean_loss_of = per_sample_loss(task), per_sample_loss(task, "mean")
 
     def weighted_loss(params: dict[str, Tensor], xb: Tensor, yb: Tensor, wb: Tensor) -> Tensor:
         return (wb * loss_of(flat(params, xb), yb)).sum()
 
-    one = grad_and_value(weighted_loss)
-    if executor == "vmap":
-        batched = vmap(one)
+    def mean_loss(params: dict[str, Tensor], xb: Tensor, yb: Tensor) -> Tensor:
+        return mean_loss_of(flat(params, xb), yb)
 
-        def grad_vmap(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor) -> tuple[Tensor, Tensor]:
-            grads, loss = batched(flat.unflatten(X), xb, yb, wb)
+    if executor == "vmap":
+        weighted, mean = vmap(grad_and_value(weighted_loss)), vmap(grad_and_value(mean_loss))
+
+        def grad_vmap(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor | None) -> tuple[Tensor, Tensor]:
+            params = flat.unflatten(X)
+            grads, loss = mean(params, xb, yb) if wb is None else weighted(params, xb, yb, wb)
             return flat.flatten(grads, X.shape[0]), loss
 
         return grad_vmap
@@ -55,7 +59,7 @@ def make_grad_fn(flat: FlatModel, task: str, executor: str) -> GradFn:
         module = copy.deepcopy(flat.module)
         params = list(module.parameters())
 
-        def grad_loop(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor) -> tuple[Tensor, Tensor]:
+        def grad_loop(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor | None) -> tuple[Tensor, Tensor]:
             G = torch.empty_like(X)
             losses = X.new_empty(X.shape[0])
             for i in range(X.shape[0]):
@@ -64,7 +68,8 @@ def make_grad_fn(flat: FlatModel, task: str, executor: str) -> GradFn:
                     p.data = X[i, offset : offset + size].view_as(p)
                     offset += size
                 with torch.enable_grad():
-                    loss = (wb[i] * loss_of(module(xb[i]), yb[i])).sum()
+                    out = module(xb[i])
+                    loss = mean_loss_of(out, yb[i]) if wb is None else (wb[i] * loss_of(out, yb[i])).sum()
                     grads = torch.autograd.grad(loss, params)
                 torch.cat([g.reshape(-1) for g in grads], out=G[i])
                 losses[i] = loss.detach()

@@ -16,6 +16,7 @@ from fedbench.engine.executors import GradFn
 from fedbench.engine.streams import TAG_ALGO, TAG_AUGMENT, TAG_BLOCK, TAG_SHUFFLE, hash_keys, uniform
 
 _PAD_KEY = 2**40  # sorts padding positions after every real sample
+_SCHEDULE_ENTRIES = 1 << 22  # index entries a precomputed block of minibatch steps may hold
 
 
 @dataclass
@@ -72,11 +73,25 @@ class ClientData:
 
 @dataclass
 class Batch:
-    """Minibatches of a chunk of clients: x [s, B, ...], y [s, B], per-sample weights w [s, B]."""
+    """Minibatches of a chunk of clients: x [s, B, ...], y [s, B], per-sample weights w [s, B].
+    `uniform`: every weight is 1/B (no padding, mean scaling), so the loss is a plain mean."""
 
     x: Tensor
     y: Tensor
     w: Tensor
+    uniform: bool = False
+
+
+@dataclass
+class _Schedule:
+    """Precomputed minibatches of steps first .. first+len(widths)-1: index/weights [L, s, W]."""
+
+    first: int
+    widths: list[int]  # per step: the batch width actually used
+    uniform: list[bool]  # per step: every client has a full batch of `width` samples, mean-scaled
+    index: Tensor
+    weights: Tensor
+    start: Tensor  # [L, s] first position of each step's batch in the client's permutation
 
 
 @dataclass
@@ -95,7 +110,7 @@ class LocalWork:
     batch_size: int
     epochs: Tensor | None  # [s] local epochs (epoch mode), or None
     local_steps: int | None  # fixed local steps (step mode), or None
-    _perm_cache: dict = field(default_factory=dict, repr=False)
+    _schedule: _Schedule | None = field(default=None, repr=False)
 
     def __post_init__(self):
         self.sizes = self.data.size[self.ids]  # [s]
@@ -126,55 +141,86 @@ class LocalWork:
 
     def with_epochs(self, epochs: Tensor) -> LocalWork:
         """The same round with per-client epoch counts (system heterogeneity, FedADMM §2.5)."""
-        return replace(self, epochs=epochs, local_steps=None, _perm_cache={})
+        return replace(self, epochs=epochs, local_steps=None, _schedule=None)
 
     def with_steps(self, steps: int, batch_size: int | None = None) -> LocalWork:
         bs = self.batch_size if batch_size is None else batch_size
-        return replace(self, epochs=None, local_steps=steps, batch_size=bs, _perm_cache={})
+        return replace(self, epochs=None, local_steps=steps, batch_size=bs, _schedule=None)
 
     def active(self, t: int) -> Tensor:
         """[s] bool: clients that still take local step t (unequal local work is masked)."""
         return t < self.steps
 
     # -- data --------------------------------------------------------------------------------
-    def _permutation(self, epoch: Tensor) -> Tensor:
-        key = tuple(epoch.tolist())
-        if key not in self._perm_cache:
-            self._perm_cache.clear()
-            n_max = self._index.shape[1]
-            pos = torch.arange(n_max, device=self.ids.device)
-            keys = hash_keys(
-                self.data.seed, self.round, self.ids[:, None], TAG_SHUFFLE, epoch[:, None], pos,
-                device=self.ids.device,
-            )
-            keys = torch.where(pos < self.sizes[:, None], keys, _PAD_KEY)
-            self._perm_cache[key] = keys.argsort(dim=1, stable=True)
-        return self._perm_cache[key]
-
     def batch(self, t: int) -> Batch:
         """Local step t's minibatch of every client in the chunk (augmented if the data set says so;
         exact gradients, `full_batches` and `block_batch`, never are)."""
-        epoch = torch.div(t, self.steps_per_epoch, rounding_mode="floor")
-        k = t - epoch * self.steps_per_epoch
-        perm = self._permutation(epoch)
-        start = k * self.per_batch
-        pos = start[:, None] + torch.arange(self._step_width(t), device=self.ids.device)
-        end = (start + self.per_batch).minimum(self.sizes)
-        valid = pos < end[:, None]
-        local = torch.gather(perm, 1, pos.clamp(max=perm.shape[1] - 1))
-        batch = self._gather(torch.gather(self._index, 1, local), valid)
+        block, k, width = self._step(t)
+        idx = block.index[k, :, :width]
+        batch = Batch(self.data.x[idx], self.data.y[idx], block.weights[k, :, :width], block.uniform[k])
         if self.data.transform is not None:
+            pos = block.start[k, :, None] + torch.arange(width, device=self.ids.device)
             keys = hash_keys(self.data.seed, self.round, self.ids[:, None], TAG_AUGMENT, t, pos, device=self.ids.device)
             batch.x = self.data.transform(batch.x, keys)
         return batch
 
-    def _step_width(self, t: int) -> int:
-        """The longest batch of step t among active clients: an epoch's short last batch is not
-        padded to B (padding costs as much compute as data)."""
+    def batch_index(self, t: int) -> Tensor:
+        """[s, W] sample indices (into data.x) of step t's minibatches; padding is index 0 with
+        weight 0."""
+        block, k, width = self._step(t)
+        return block.index[k, :, :width]
+
+    def _step(self, t: int) -> tuple[_Schedule, int, int]:
+        block = self._schedule
+        if block is None or not block.first <= t < block.first + len(block.widths):
+            block = self._schedule = self._plan(t)
+        return block, t - block.first, block.widths[t - block.first]
+
+    def _plan(self, first: int) -> _Schedule:
+        """The minibatch indices and weights of steps first, first+1, ... at once (as many as fit
+        _SCHEDULE_ENTRIES), so that a step costs one gather.
+
+        Step t of client i reads positions [k*b_i, min((k+1)*b_i, n_i)) of the epoch-e permutation
+        of its data, e = t // steps_per_epoch_i, k = t mod steps_per_epoch_i; the permutation's
+        keys are hashes of (seed, round, client, e, position), so any split into blocks, chunks or
+        devices draws the same minibatches.
+        """
+        dev = self.ids.device
+        s, n_max = self._index.shape
+        count = max(1, min(_SCHEDULE_ENTRIES // max(1, s * n_max), max(self.max_steps - first, 1)))
+        # widths (host): the longest batch among active clients; an epoch's short last batch is
+        # not padded to B (padding costs as much compute as data)
         sizes, per_batch, steps_per_epoch, steps = self._host
-        start = (t % steps_per_epoch) * per_batch
-        width = ((start + per_batch).minimum(sizes) - start).masked_fill(t >= steps, 0)
-        return max(int(width.max()), 1) if len(width) else 1
+        T = torch.arange(first, first + count)[:, None]
+        start = (T % steps_per_epoch) * per_batch
+        width = ((start + per_batch).minimum(sizes) - start).masked_fill(T >= steps, 0)
+        widths = width.amax(dim=1).clamp(min=1).tolist() if s else [1] * count
+        W = max(widths)
+        # positions in each client's permutation, [count, s, W]
+        T = T.to(dev)
+        epoch = torch.div(T, self.steps_per_epoch, rounding_mode="floor")
+        start = (T - epoch * self.steps_per_epoch) * self.per_batch
+        pos = start[..., None] + torch.arange(W, device=dev)
+        end = (start + self.per_batch).minimum(self.sizes)
+        valid = (pos < end[..., None]) & (torch.arange(W, device=dev) < torch.tensor(widths, device=dev)[:, None, None])
+        # the permutations of every epoch the block touches, [s, E, n_max]
+        first_epoch, last_epoch = (int(v) for v in torch.stack([epoch.min(), epoch.max()]).tolist()) if s else (0, 0)
+        epochs = torch.arange(first_epoch, last_epoch + 1, device=dev)
+        positions = torch.arange(n_max, device=dev)
+        keys = hash_keys(
+            self.data.seed, self.round, self.ids[:, None, None], TAG_SHUFFLE, epochs[None, :, None], positions,
+            device=dev,
+        )
+        keys = torch.where(positions < self.sizes[:, None, None], keys, _PAD_KEY)
+        perm = keys.argsort(dim=2, stable=True)
+        rows = torch.arange(s, device=dev)[None, :, None]
+        local = perm[rows, (epoch - first_epoch)[..., None], pos.clamp(max=n_max - 1)]
+        weights = valid.to(self.data.x.dtype) / valid.sum(2, keepdim=True).clamp(min=1)  # minibatch mean
+        if self.data.loss_scale == "sum":
+            weights = weights * self.sizes[:, None]
+        full = (valid | (torch.arange(W, device=dev) >= torch.tensor(widths, device=dev)[:, None, None])).all(2).all(1)
+        uniform = [bool(f) and self.data.loss_scale == "mean" for f in full.tolist()]
+        return _Schedule(first, widths, uniform, self._index[rows, local], weights.to(self.data.x.dtype), start)
 
     def block_batch(self, j: Tensor, num_blocks: int) -> Batch:
         """Block j[s] of each client's M fixed blocks, weighted so that the gradient is
@@ -190,13 +236,6 @@ class LocalWork:
         # f_i = sum of losses ('sum') or mean loss ('mean'): the per-sample weight is 1 or 1/n_i.
         return torch.ones_like(self.sizes, dtype=torch.float64) if self.data.loss_scale == "sum" else self.sizes.double()
 
-    def _gather(self, idx: Tensor, valid: Tensor) -> Batch:
-        count = valid.sum(1, keepdim=True).clamp(min=1)
-        w = valid.to(self.data.x.dtype) / count  # minibatch mean (in the engine dtype: exact float64 runs)
-        if self.data.loss_scale == "sum":
-            w = w * self.sizes[:, None]
-        return Batch(self.data.x[idx], self.data.y[idx], w.to(self.data.x.dtype))
-
     def full_batches(self, max_batch: int = 4096):
         """The client's whole local data set in pieces, weighted to sum to grad f_i."""
         n_max = self._index.shape[1]
@@ -210,7 +249,7 @@ class LocalWork:
     # -- gradients ---------------------------------------------------------------------------
     def grad(self, X: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
         """(G [s, d], loss [s]): per-client gradients of the weighted minibatch loss at X [s, d]."""
-        return self.data.grad_fn(X, batch.x, batch.y, batch.w)
+        return self.data.grad_fn(X, batch.x, batch.y, None if batch.uniform else batch.w)
 
     def full_grad(self, X: Tensor) -> tuple[Tensor, Tensor]:
         """Exact local gradient grad f_i(X_i) and loss f_i(X_i) over the client's whole data."""

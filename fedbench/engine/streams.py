@@ -15,7 +15,7 @@ _MASK32 = 0xFFFFFFFF
 _M1, _M2 = 0x7FEB352D, 0x4F6CDD1D
 
 
-def _mix32(x: Tensor) -> Tensor:
+def _mix32(x):  # ints or int64 tensors: the same bit operations
     x = x & _MASK32
     x = x ^ (x >> 16)
     x = (x * _M1) & _MASK32
@@ -26,11 +26,14 @@ def _mix32(x: Tensor) -> Tensor:
 
 def hash_keys(*parts: int | Tensor, device: torch.device | str = "cpu") -> Tensor:
     """Broadcasted 32-bit hash of integer parts (ints or int64 tensors), as int64 in [0, 2**32)."""
-    h = torch.tensor(0x9E3779B9, dtype=torch.int64, device=device)
+    h = 0x9E3779B9  # a Python int until the first tensor part: leading scalars cost no tensor ops
     for p in parts:
+        if not isinstance(h, Tensor) and isinstance(p, int):
+            h = _mix32(h ^ _mix32(p + 0x632BE5AB))
+            continue
         p = torch.as_tensor(p, dtype=torch.int64, device=device)
         h = _mix32(h ^ _mix32(p + 0x632BE5AB))
-    return h
+    return torch.as_tensor(h, dtype=torch.int64, device=device)
 
 
 def uniform(*parts: int | Tensor, device: torch.device | str = "cpu") -> Tensor:
