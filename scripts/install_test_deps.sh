@@ -7,4 +7,4 @@ if command -v apt-get >/dev/null 2>&1 && [ ! -d /usr/share/datasets/fashion-mnis
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq dataset-fashion-mnist
 fi
-python3 -m pip install -q -e '.[test,sweeps]'
+python3 -m pip install -q -e '.[test,sweeps,tune]'
