@@ -75,11 +75,19 @@ def hyperparameters(frame: pd.DataFrame) -> list[str]:
     return [c for c in cols if frame[c].nunique(dropna=False) > 1]
 
 
+def _joined(frame: pd.DataFrame, columns: list[str]) -> pd.Series | str:
+    """The values of `columns` per run as one string; '-' where a run lacks the param (an
+    algorithm without that hyperparameter)."""
+    if not columns:
+        return ""
+    return frame[columns].apply(lambda row: " ".join("-" if pd.isna(v) else str(v) for v in row), axis=1)
+
+
 def best_configs(frame: pd.DataFrame, keys: list[str], settings: list[str], metric: str) -> pd.DataFrame:
     """Keep, per algorithm x setting, the runs of the configuration with the best mean `metric`."""
     fixed = {"param:algorithm.name", *(f"param:{s}" for s in settings)}
     hp = [c for c in hyperparameters(frame) if c not in fixed]
-    frame = frame.assign(config=frame[hp].astype(str).agg(" ".join, axis=1) if hp else "")
+    frame = frame.assign(config=_joined(frame, hp))
     higher = not (metric.startswith("rounds_to") or metric == "final_loss")
     score = frame.groupby([*keys, "config"], dropna=False)[metric].mean().reset_index()
     score = score.sort_values(metric, ascending=not higher, na_position="last")
@@ -97,7 +105,7 @@ def build_table(frame: pd.DataFrame, settings: list[str], target: float | None, 
         frame[f"rounds_to_{target:g}"] = rounds_to(frame, target)
         rounds = pd.to_numeric(frame["param:rounds"]).max()
     frame["algorithm"] = frame["param:algorithm.name"]
-    frame["setting"] = frame[[f"param:{s}" for s in settings]].astype(str).agg(" ".join, axis=1) if settings else ""
+    frame["setting"] = _joined(frame, [f"param:{s}" for s in settings])
     keys = ["algorithm", "setting"]
     if best_by:
         frame = best_configs(frame, keys, settings, best_by)

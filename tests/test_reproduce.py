@@ -239,8 +239,7 @@ def test_missing_data_is_reported_before_any_run(tiny_conf, monkeypatch):
 
 # ------------------------------------------------------------------------- the ci scale of each paper
 CI = [  # every reproduction whose ci scale runs on data available here (synthetic, digits, Fashion-MNIST)
-    pytest.param("losac/table2", marks=pytest.mark.xfail(strict=True, reason=(
-        "ci setting not calibrated yet: on 100 digits clients LoSAC beats SCAFFOLD in 2 of 4 (M, T) cells, the claim needs 3"))),
+    "losac/table2",
     "losac/fig2",
     "losac/fig7",
     "composite/fig2",

@@ -141,3 +141,18 @@ def test_eight_concurrent_writers_lose_nothing_on_sqlite(tmp_path):
         for m in ("a", "b", "c"):
             assert sorted((x.step, x.value) for x in client.get_metric_history(r.info.run_id, m)) == \
                 [(s, float(s * k)) for s in range(1, 41)]
+
+
+def test_report_setting_with_a_param_some_algorithms_lack():
+    """A setting key that only some algorithms have (LoSAC's algorithm.blocks) shows '-' elsewhere."""
+    import pandas as pd
+
+    from fedbench.report import build_table
+
+    frame = pd.DataFrame({
+        "param:algorithm.name": ["losac", "losac", "scaffold"], "param:algorithm.blocks": ["2", "5", None],
+        "param:rounds": ["10", "10", "10"], "param:seed": ["0", "0", "0"],
+        "final_accuracy": [0.5, 0.6, 0.7], "best_accuracy": [0.5, 0.6, 0.7], "final_loss": [1.0, 0.9, 0.8],
+    })
+    table = build_table(frame, ["algorithm.blocks"], None, None, None)
+    assert sorted(zip(table["algorithm"], table["setting"])) == [("losac", "2"), ("losac", "5"), ("scaffold", "-")]

@@ -3,6 +3,7 @@ MLflow experiment, read the histories back, compare with the paper, save and log
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,7 +222,7 @@ def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] 
     if lacking:
         raise ConfigError(f"{rep.name} cannot run here: missing {', '.join(lacking)}")
     check_data(rep, scale, extra)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"  # two reproductions started in one second stay apart
     out = outputs / rep.name
     failures = run_grid(rep, scale, stamp, out, extra)
     uri = tracking_uri(extra)
