@@ -102,15 +102,11 @@ def client_batches(fed, r: int, ids: list[int]) -> list[list[torch.Tensor]]:
     LocalWork.batch draws them."""
     from fedbench.engine.local import LocalWork
 
-    class Indices(LocalWork):
-        def _gather(self, idx, valid):  # the indices instead of the gathered samples
-            return idx, valid
-
     ids_t = torch.tensor(ids)
-    work = Indices(fed.clients, ids_t, r, fed.eta_l, fed.batch_size, torch.ones_like(ids_t), None)
+    work = LocalWork(fed.clients, ids_t, r, fed.eta_l, fed.batch_size, torch.ones_like(ids_t), None)
     out: list[list[torch.Tensor]] = [[] for _ in ids]
     for t in range(work.max_steps):
-        idx, valid = work.batch(t)
+        idx, valid = work.batch_index(t), work.batch(t).w > 0
         active = work.active(t)
         for i in range(len(ids)):
             if active[i]:
@@ -375,7 +371,7 @@ def run_child(framework: str, workload: str, rounds: int, python: str) -> dict:
 
 def bare_seconds(workload: str, repeats: int) -> float:
     """The bare vmap'd loop of scripts/bench_engine.py on round 1's minibatches (exact shapes)."""
-    from bench_engine import time_bare_vmap
+    from bench_engine import bare_vmap_round, interleaved_medians
 
     fed, _ = federation(WORKLOADS[workload], 1)
     ids = cohort(fed, 0)
@@ -389,7 +385,7 @@ def bare_seconds(workload: str, repeats: int) -> float:
                 idx = torch.stack([b[t] for b in per_client])
                 yield fed.clients.x[idx], fed.clients.y[idx]
 
-    return time_bare_vmap(fed, Batches(), repeats)
+    return interleaved_medians({"bare": bare_vmap_round(fed, Batches())}, repeats)["bare"]
 
 
 def median_timed(result: dict) -> float:
