@@ -101,7 +101,7 @@ def sequential_round(fed, batches):
     def one_round():
         acc = torch.zeros_like(x0)
         for i in range(S):
-            torch.nn.utils.vector_to_parameters(x0, module.parameters())
+            torch.nn.utils.vector_to_parameters(x0.clone(), module.parameters())  # the params would alias x0
             for xb, yb in batches.client(i):
                 opt.zero_grad(set_to_none=True)
                 loss_fn(module(xb), yb).backward()

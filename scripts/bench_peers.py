@@ -184,7 +184,7 @@ def run_fedbench(workload: dict, rounds: int) -> dict:
 def run_seq(workload: dict, rounds: int) -> dict:
     fed, _ = federation(workload, rounds)
     module = fed.flat.module
-    torch.nn.utils.vector_to_parameters(fed.x0, module.parameters())
+    torch.nn.utils.vector_to_parameters(fed.x0.clone(), module.parameters())
     x, y = fed.clients.x, fed.clients.y
     global_sd = {k: v.detach().clone() for k, v in module.state_dict().items()}
     clock, round1 = Clock(), None
@@ -235,7 +235,7 @@ def run_flower(workload: dict, rounds: int) -> dict:
 
     fed, _ = federation(workload, rounds)
     module = fed.flat.module
-    torch.nn.utils.vector_to_parameters(fed.x0, module.parameters())
+    torch.nn.utils.vector_to_parameters(fed.x0.clone(), module.parameters())
     clock, result = Clock(), {}
 
     class CohortFedAvg(FedAvg):
@@ -285,7 +285,7 @@ def run_pfl(workload: dict, rounds: int) -> dict:
     from pfl.model.pytorch import PyTorchModel
 
     fed, _ = federation(workload, rounds)
-    torch.nn.utils.vector_to_parameters(fed.x0, fed.flat.module.parameters())
+    torch.nn.utils.vector_to_parameters(fed.x0.clone(), fed.flat.module.parameters())
     x, y = fed.clients.x, fed.clients.y
 
     class Net(nn.Module):
