@@ -241,6 +241,9 @@ def test_missing_data_is_reported_before_any_run(tiny_conf, monkeypatch):
 CI = [  # every reproduction whose ci scale runs on data available here (synthetic, digits, Fashion-MNIST)
     "losac/table2",
     "losac/fig2",
+    pytest.param("losac/fig6", marks=pytest.mark.xfail(strict=True, reason=(
+        "4 of 5 claims hold on the synthetic proxy (DSGD e_100/e_0 = 0.770, MimeSVRG 0.782, SCAFFOLD 1.028, LoSAC 1.017), "
+        "but FedAvg's error falls (0.807) instead of rising"))),
     "losac/fig7",
     "composite/fig2",
     "composite/fig3",

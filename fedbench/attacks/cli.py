@@ -45,13 +45,11 @@ def dlg(
     import pandas as pd
     from hydra import compose, initialize_config_dir
 
-    from fedbench.attacks.dlg import dlg_attack, observe
+    from fedbench.attacks.record import recorded_attack
     from fedbench.cli import CONF_DIR
-    from fedbench.engine.build import build_federation
     from fedbench.errors import ConfigError
     from fedbench.preflight import preflight
     from fedbench.runner import quiet_libraries
-    from fedbench.tracking.recorder import Recorder
 
     names = [a.strip() for a in algorithms.split(",") if a.strip()]
     if optimizer not in ("gd", "lbfgs"):
@@ -71,17 +69,7 @@ def dlg(
     folder = out / datetime.now().strftime("dlg-%Y%m%d-%H%M%S")
     folder.mkdir(parents=True, exist_ok=True)
     for name, cfg in configs.items():
-        fed, info = build_federation(cfg)
-        x, target, _ = observe(fed, attack_round)
-        errors = dlg_attack(fed, x, target, iterations=iterations, lr=attack_lr, optimizer=optimizer, init=init, seed=cfg.seed)
-        curves[name] = errors
-        recorder = Recorder(cfg)
-        recorder.check_reachable()
-        recorder.start({"attack": "dlg", "algorithm": name, "attack_round": str(attack_round),
-                        "partition_fingerprint": info.partition_fingerprint})
-        for k, e in enumerate(errors):
-            recorder.log_round({"round": k, "dlg_error": e})
-        recorder.finish([], artifacts=False)
+        errors = curves[name] = recorded_attack(cfg, attack_round, iterations, attack_lr, optimizer, init)
         typer.echo(f"{name:<12} e_0 = {errors[0]:.4f}   e_{iterations} = {errors[-1]:.4f}   ({errors[-1] / errors[0] - 1:+.1%})")
     frame = pd.DataFrame(curves)
     frame.index.name = "iteration"

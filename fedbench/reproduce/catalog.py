@@ -107,6 +107,7 @@ class Reproduction:
     plot_log: tuple[str, ...] = ()  # rows drawn on a log scale
     notes: str = ""  # deviations from the paper's protocol
     blocked: str = ""  # why it cannot run in fedbench at all (a missing feature), shown by `list`
+    runner: str = "train"  # train: `fedbench run` per arm and seed | dlg: the DLG attack on round `rounds` (LoSAC Fig. 6)
 
     @property
     def preset_path(self) -> str:

@@ -120,6 +120,8 @@ def run_grid(rep: Reproduction, scale: Scale, stamp: str, out: Path, extra: tupl
     """One Hydra multirun per arm (arms differ in which keys they set); returns the failed jobs' messages."""
     from fedbench.cli import hydra_main
 
+    if rep.runner == "dlg":
+        return run_attacks(rep, scale, stamp, extra)
     failures = []
     seeds = ",".join(str(s) for s in scale.seeds)
     for arm in scale.arms:
@@ -130,6 +132,30 @@ def run_grid(rep: Reproduction, scale: Scale, stamp: str, out: Path, extra: tupl
         print(f"[reproduce] {rep.name}: {arm.method} [{arm.group}] seeds {seeds}", flush=True)
         if hydra_main(argv) != 0:
             failures.append(f"{arm.method} [{arm.group}]")
+    return failures
+
+
+def run_attacks(rep: Reproduction, scale: Scale, stamp: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """DLG against each arm's round-`rounds` upload of client 1, one MLflow run per arm and seed."""
+    from hydra import compose, initialize_config_dir
+
+    from fedbench.attacks.record import recorded_attack
+    from fedbench.errors import FedbenchError
+    from fedbench.preflight import preflight
+
+    failures = []
+    for arm in scale.arms:
+        print(f"[reproduce] {rep.name}: {arm.method} [{arm.group}] seeds {','.join(map(str, scale.seeds))}", flush=True)
+        for seed in scale.seeds:
+            overrides = [*job_overrides(rep, scale, arm, extra), f"seed={seed}", f"tracking.experiment={rep.name}",
+                         f"tracking.run_name={stamp}-{arm.slug}"]
+            try:
+                preflight(conf_dir(), overrides)
+                with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
+                    cfg = compose("config", overrides=overrides)
+                recorded_attack(cfg, attack_round=int(cfg.rounds))
+            except FedbenchError as exc:
+                failures.append(f"{arm.method} [{arm.group}] seed {seed}: {exc}")
     return failures
 
 
