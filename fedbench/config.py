@@ -134,4 +134,4 @@ def validate(cfg: DictConfig) -> None:
         import torch
 
         check(torch.cuda.is_available(), f"engine.device={device} but no CUDA device is available; use engine.device=auto")
-    build_algorithm(cfg)  # unknown hyperparameters and impossible values
+    build_algorithm(cfg).validate_schedule(cfg.local_steps, cfg.local_epochs)  # unknown hyperparameters, impossible values

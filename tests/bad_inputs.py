@@ -57,6 +57,8 @@ CASES: list[tuple[str, str]] = [
     ("partition=shards partition.shards_per_client=100", "shards: 20 clients x 100 shards exceeds 1437 samples"),
     ("partition=natural", "partition=natural needs a data set with its own users"),
     ("dataset=synthetic partition=natural num_clients=10", "the data set has 30 users; set num_clients=30"),
+    ("algorithm=fedadmm local_steps=5 local_epochs=null",
+     "algorithm.hetero_epochs=true draws E_i from {1..local_epochs}, but local_epochs=null"),
     # targets and objectives
     ("targets=[1.5]", "targets must lie in (0, 1], got 1.5"),
     ("targets=[0]", "targets must lie in (0, 1], got 0"),

@@ -154,9 +154,9 @@ def test_bad_values_are_config_errors():
         build(*LSTSQ, "algorithm=fedadmm", "algorithm.local_init=warm")
     with pytest.raises(ConfigError, match="momentum"):
         build(*LSTSQ, "algorithm=fedadmm", "algorithm.momentum=1.5")
-    fed = build(*LSTSQ, "local_epochs=null", "local_steps=3", "algorithm=fedadmm")
-    with pytest.raises(ConfigError, match="local_epochs"):
-        run_round(fed, initial_state(fed))
+    with pytest.raises(ConfigError, match="local_epochs=null"):  # before any work, not at the first round
+        build(*LSTSQ, "local_epochs=null", "local_steps=3", "algorithm=fedadmm")
+    build(*LSTSQ, "local_epochs=null", "local_steps=3", "algorithm=fedadmm", "algorithm.hetero_epochs=false")
 
 
 # -- target 5: convex fixed points (§2.8) -----------------------------------------------------------

@@ -87,6 +87,10 @@ class Algorithm:
     def validate(self) -> None:
         """Raise ConfigError for impossible hyperparameter values."""
 
+    def validate_schedule(self, local_steps: int | None, local_epochs: int | None) -> None:
+        """Raise ConfigError when the run's local schedule cannot drive this algorithm (checked
+        with the rest of the config, before any work)."""
+
     def init(self, x0: Tensor) -> State:
         return {"x": x0.clone()}
 

@@ -60,6 +60,13 @@ class FedADMM(Algorithm):
         if self.server_step not in SERVER_STEPS:
             raise unknown_choice("algorithm.server_step", self.server_step, SERVER_STEPS)
 
+    def validate_schedule(self, local_steps: int | None, local_epochs: int | None) -> None:
+        if self.hetero_epochs and local_epochs is None:
+            raise ConfigError(
+                f"algorithm.hetero_epochs=true draws E_i from {{1..local_epochs}}, but local_epochs=null "
+                f"(local_steps={local_steps}): set local_epochs=E, or algorithm.hetero_epochs=false"
+            )
+
     def init(self, x0: Tensor) -> State:
         self._x0 = x0.clone()  # w_i^0 = theta^0 (§2.4)
         return {"x": x0.clone()}
