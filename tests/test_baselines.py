@@ -83,6 +83,24 @@ def test_drift_corrected_methods_reach_the_exact_optimum(algorithm, S, max_round
     assert norm < 1e-8
 
 
+@pytest.mark.parametrize("algorithm, S", [(["algorithm=scaffold"], 8), (["algorithm=scaffold"], 3),
+                                          (["algorithm=feddyn", "algorithm.alpha=5"], 3)], ids=str)
+def test_weighted_objective_optimum_with_unequal_clients(algorithm, S):
+    """aggregation=num_samples optimises f = sum_i (n_i / n) f_i: SCAFFOLD's c and FedDyn's h must
+    track sum_i p_i (state_i) with those p_i (1/N would leave a fixed point of the unweighted sum)."""
+    fed = build(*LSTSQ, "dataset.size_growth=1.3", "aggregation=num_samples", *algorithm, f"clients_per_round={S}")
+    sizes = fed.clients.size.double()
+    assert sizes.max() / sizes.min() > 5  # clients of very different sizes (20 .. 125 samples)
+    p = sizes / sizes.sum()
+
+    def weighted_grad(x):
+        return sum(p[i] * local_grad(fed, i, x) for i in range(N))
+
+    norm, x = run_until(fed, lambda x: weighted_grad(x).norm(), 1e-8, 600)
+    assert norm < 1e-8
+    assert global_grad(fed, x).norm() > 1e-3  # the unweighted objective's optimum is elsewhere
+
+
 @pytest.mark.parametrize("algorithm", [["algorithm=fedavg"], ["algorithm=fedprox", "algorithm.mu=0.1"]], ids=str)
 def test_fedavg_and_fedprox_stall_at_a_biased_point(algorithm):
     fed = build(*LSTSQ, *algorithm, f"clients_per_round={N}", "rounds=80")

@@ -57,9 +57,20 @@ class Setting:
     eta_g: float
     client_sizes: Tensor  # [N] local data set sizes
     device: torch.device = torch.device("cpu")
+    # [N] p_i of the objective f = sum_i p_i f_i: 1/N (aggregation=uniform) or n_i / n (num_samples);
+    # None means 1/N. Server states that track sum_i p_i (state_i) (SCAFFOLD's c, FedDyn's h) use it.
+    client_weights: Tensor | None = None
     # x [d] -> (grad f(x), f(x)) for the federation's objective f = sum_i p_i f_i over all N clients
     # (p_i from `aggregation`): exact, costs one pass over all training data; for diagnostics only.
     objective_grad: Callable[[Tensor], tuple[Tensor, Tensor]] | None = None
+
+
+def cohort_sum(setting: Setting, values: Tensor, cohort: Cohort) -> Tensor:
+    """sum_{i in S} p_i values_i: the change of sum_i p_i state_i when only the cohort's states
+    change (p_i = 1/N for uniform aggregation, so (|S|/N) mean)."""
+    if setting.client_weights is None:
+        return values.sum(0) / setting.num_clients
+    return torch.tensordot(setting.client_weights[cohort.ids].to(values.dtype), values, dims=1)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedbench.algorithms.base import Algorithm, ClientStateSpec, Cohort, Setting, State
+from fedbench.algorithms.base import Algorithm, ClientStateSpec, Cohort, Setting, State, cohort_sum
 from fedbench.algorithms.common import local_sgd, weighted_mean
 from fedbench.algorithms.registry import register
 from fedbench.errors import check
@@ -47,7 +47,8 @@ class FedDyn(Algorithm):
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:
         # h^t = h^{t-1} - alpha (1/m) sum_{k in P_t} (theta_k^t - theta^{t-1}): 1/m over all m clients
-        h = server["h"] - self.alpha * up["delta"].sum(0) / self.setting.num_clients
+        # (p_k = n_k / n in place of 1/m with aggregation=num_samples)
+        h = server["h"] - self.alpha * cohort_sum(self.setting, up["delta"], cohort)
         # theta^t = (1/|P_t|) sum_{k in P_t} theta_k^t - h^t / alpha
         x = server["x"] + weighted_mean(up["delta"], cohort.weights) - h / self.alpha
         return {"x": x, "h": h}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedbench.algorithms.base import Algorithm, ClientStateSpec, Cohort, Setting, State
+from fedbench.algorithms.base import Algorithm, ClientStateSpec, Cohort, Setting, State, cohort_sum
 from fedbench.algorithms.common import local_sgd, weighted_mean
 from fedbench.algorithms.prox import Regularizer
 from fedbench.algorithms.registry import register
@@ -71,5 +71,6 @@ class Scaffold(Algorithm):
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:
         x = server["x"] + self.setting.eta_g * weighted_mean(up["dy"], cohort.weights)  # lines 16-17
-        c = server["c"] + up["dc"].sum(0) / self.setting.num_clients  # line 17: (|S|/N) mean = (1/N) sum
+        # line 17: c = sum_i p_i c_i tracked through the cohort's changes ((|S|/N) mean for p_i = 1/N)
+        c = server["c"] + cohort_sum(self.setting, up["dc"], cohort)
         return {"x": x, "c": c}

@@ -19,8 +19,11 @@ def lstsq(
     heterogeneity: float = 1.0,
     noise: float = 0.1,
     seed: int = 0,
+    size_growth: float = 1.0,
 ) -> Dataset:
     """Client k: a ~ N(m_k, I) with m_k ~ N(0, h^2 I), y = <a, w_k> + 1 + noise, w_k ~ N(w, h^2 I).
+    Client k holds round(samples_per_user * size_growth**k) samples (1: equal sizes; > 1: unequal,
+    for aggregation=num_samples).
 
     Each client's optimum w_k differs (h = heterogeneity), so FedAvg's fixed point is biased
     while the global least-squares optimum is unique. Use with model=linear (or mclr),
@@ -30,12 +33,13 @@ def lstsq(
     w_common = rng.normal(0, 1, dim)
     xs, ys, owner = [], [], []
     for k in range(num_users):
+        n_k = max(1, round(samples_per_user * size_growth**k))
         shift = rng.normal(0, heterogeneity, dim)
-        a = rng.normal(0, 1, (samples_per_user, dim)) + shift
+        a = rng.normal(0, 1, (n_k, dim)) + shift
         w_k = w_common + rng.normal(0, heterogeneity, dim)
         xs.append(a)
-        ys.append(a @ w_k + 1.0 + noise * rng.normal(0, 1, samples_per_user))
-        owner.append(np.full(samples_per_user, k))
+        ys.append(a @ w_k + 1.0 + noise * rng.normal(0, 1, n_k))
+        owner.append(np.full(n_k, k))
     x = torch.tensor(np.concatenate(xs), dtype=torch.float32)
     y = torch.tensor(np.concatenate(ys), dtype=torch.float32)
     return Dataset(x, y, x, y, num_classes=1, task="regression", name="lstsq",

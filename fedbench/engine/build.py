@@ -108,6 +108,7 @@ def build_federation(cfg: DictConfig) -> tuple[Federation, BuildInfo]:
             eta_g=float(cfg.eta_g),
             client_sizes=clients.size,
             device=device,
+            client_weights=objective_weights.to(device) if cfg.aggregation == "num_samples" else None,
             objective_grad=partial(objective_gradient, clients, weights=objective_weights, chunk=chunk),
         )
     )
