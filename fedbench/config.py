@@ -11,6 +11,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from fedbench.algorithms import load_all
+from fedbench.algorithms.base import Algorithm
 from fedbench.data import DATASETS, PARTITIONS
 from fedbench.engine.executors import EXECUTORS
 from fedbench.errors import ConfigError, check, unknown_choice
@@ -72,8 +73,9 @@ def build_algorithm(cfg: DictConfig):
     return algorithm
 
 
-def validate(cfg: DictConfig) -> None:
-    """Check a composed config; raises ConfigError on the first problem."""
+def validate(cfg: DictConfig) -> Algorithm:
+    """Check a composed config; raises ConfigError on the first problem. Returns the algorithm
+    it built (not yet set up) so that a run does not build it twice."""
     for group in ("dataset", "partition", "model", "algorithm", "engine"):
         check(OmegaConf.select(cfg, group) is not None, f"config group {group!r} is missing")
     DATASETS.get(cfg.dataset.name)
@@ -134,4 +136,6 @@ def validate(cfg: DictConfig) -> None:
         import torch
 
         check(torch.cuda.is_available(), f"engine.device={device} but no CUDA device is available; use engine.device=auto")
-    build_algorithm(cfg).validate_schedule(cfg.local_steps, cfg.local_epochs)  # unknown hyperparameters, impossible values
+    algorithm = build_algorithm(cfg)  # unknown hyperparameters, impossible values
+    algorithm.validate_schedule(cfg.local_steps, cfg.local_epochs)
+    return algorithm

@@ -10,7 +10,7 @@ import torch
 from omegaconf import DictConfig
 
 from fedbench.algorithms.base import Setting
-from fedbench.config import build_algorithm, params_of, validate
+from fedbench.config import params_of, validate
 from fedbench.data import DATASETS, fingerprint, make_partition
 from fedbench.engine.executors import auto_executor, make_grad_fn
 from fedbench.engine.local import ClientData, objective_gradient
@@ -55,7 +55,7 @@ def client_chunk(requested: int, cohort: int, dim: int, dtype: torch.dtype, devi
 
 
 def build_federation(cfg: DictConfig) -> tuple[Federation, BuildInfo]:
-    validate(cfg)
+    algorithm = validate(cfg)  # the algorithm, built and checked with the rest
     device = resolve_device(str(cfg.engine.device))
     dataset = DATASETS.get(cfg.dataset.name)(
         root=str(cfg.data.root), download=bool(cfg.data.download), **{
@@ -95,7 +95,6 @@ def build_federation(cfg: DictConfig) -> tuple[Federation, BuildInfo]:
     clients = ClientData.from_partition(
         dataset.x_train, dataset.y_train, parts, cfg.seed, grad_fn, cfg.loss_scale, transform=dataset.augment
     )
-    algorithm = build_algorithm(cfg)
     sizes = clients.size.double()
     objective_weights = sizes / sizes.sum() if cfg.aggregation == "num_samples" else torch.full_like(sizes, 1 / len(sizes))
     chunk = client_chunk(int(cfg.engine.client_chunk), cfg.clients_per_round, flat.dim, dtype, device, executor)

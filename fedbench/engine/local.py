@@ -188,23 +188,23 @@ class LocalWork:
         dev = self.ids.device
         s, n_max = self._index.shape
         count = max(1, min(_SCHEDULE_ENTRIES // max(1, s * n_max), max(self.max_steps - first, 1)))
-        # widths (host): the longest batch among active clients; an epoch's short last batch is
-        # not padded to B (padding costs as much compute as data)
+        # the schedule on the host (no device sync): epoch and first/last position of every step's
+        # batch, [count, s]; a step's width is the longest batch among active clients (an epoch's
+        # short last batch is not padded to B: padding costs as much compute as data)
         sizes, per_batch, steps_per_epoch, steps = self._host
         T = torch.arange(first, first + count)[:, None]
-        start = (T % steps_per_epoch) * per_batch
-        width = ((start + per_batch).minimum(sizes) - start).masked_fill(T >= steps, 0)
-        widths = width.amax(dim=1).clamp(min=1).tolist() if s else [1] * count
-        W = max(widths)
+        epoch = T // steps_per_epoch
+        start = (T - epoch * steps_per_epoch) * per_batch
+        end = (start + per_batch).minimum(sizes)
+        widths = (end - start).masked_fill(T >= steps, 0).amax(dim=1).clamp(min=1).tolist() if s else [1] * count
+        first_epoch, last_epoch = (int(epoch.min()), int(epoch.max())) if s else (0, 0)
         # positions in each client's permutation, [count, s, W]
-        T = T.to(dev)
-        epoch = torch.div(T, self.steps_per_epoch, rounding_mode="floor")
-        start = (T - epoch * self.steps_per_epoch) * self.per_batch
+        W = max(widths)
+        epoch, start, end = epoch.to(dev), start.to(dev), end.to(dev)
+        in_width = torch.arange(W, device=dev) < torch.tensor(widths, device=dev)[:, None, None]
         pos = start[..., None] + torch.arange(W, device=dev)
-        end = (start + self.per_batch).minimum(self.sizes)
-        valid = (pos < end[..., None]) & (torch.arange(W, device=dev) < torch.tensor(widths, device=dev)[:, None, None])
+        valid = (pos < end[..., None]) & in_width
         # the permutations of every epoch the block touches, [s, E, n_max]
-        first_epoch, last_epoch = (int(v) for v in torch.stack([epoch.min(), epoch.max()]).tolist()) if s else (0, 0)
         epochs = torch.arange(first_epoch, last_epoch + 1, device=dev)
         positions = torch.arange(n_max, device=dev)
         keys = hash_keys(
@@ -218,7 +218,7 @@ class LocalWork:
         weights = valid.to(self.data.x.dtype) / valid.sum(2, keepdim=True).clamp(min=1)  # minibatch mean
         if self.data.loss_scale == "sum":
             weights = weights * self.sizes[:, None]
-        full = (valid | (torch.arange(W, device=dev) >= torch.tensor(widths, device=dev)[:, None, None])).all(2).all(1)
+        full = (valid | ~in_width).all(2).all(1)  # every client fills the step's width
         uniform = [bool(f) and self.data.loss_scale == "mean" for f in full.tolist()]
         return _Schedule(first, widths, uniform, self._index[rows, local], weights.to(self.data.x.dtype), start)
 
