@@ -37,7 +37,7 @@ def local_sgd(
         X_new = X.sub(D, alpha=work.lr)  # one pass over [s, d], as torch.optim.SGD
         if prox is not None:
             X_new = prox(X_new, work.lr)
-        X = X_new if t < work.min_steps else torch.where(work.active(t)[:, None], X_new, X)
+        X = work.masked(t, X_new, X)
     return X
 
 

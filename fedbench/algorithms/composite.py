@@ -225,7 +225,7 @@ class FedDA(CompositeAlgorithm):
         for k in range(work.max_steps):
             W = self.reg.prox(Z, a + eta_c * k)  # primal retrieval (identity at r = k = 0)
             G, _ = work.grad(W, work.batch(k))
-            Z = torch.where(work.active(k)[:, None], Z - eta_c * G, Z)  # step on the dual
+            Z = work.masked(k, Z - eta_c * G, Z)  # step on the dual
         return {"delta": Z - z, "eta_tau": (eta_c * work.steps).to(z.dtype)}, client
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:
@@ -282,11 +282,10 @@ class FastFedDA(CompositeAlgorithm):
         s = work.num_clients
         G, S, W = (down[k].expand(s, -1).clone() for k in ("G", "S", "w"))
         for k in range(work.max_steps):
-            active = work.active(k)[:, None]
             g, _ = work.grad(W, work.batch(k))
-            G = torch.where(active, G + g, G)
-            W = torch.where(active, self._primal(G, S, down["x0"], down["t"] + k + 1), W)
-            S = torch.where(active, S + W, S)
+            G = work.masked(k, G + g, G)
+            W = work.masked(k, self._primal(G, S, down["x0"], down["t"] + k + 1), W)
+            S = work.masked(k, S + W, S)
         return {"G": G, "S": S, "steps": work.steps.to(G.dtype)}, client
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:

@@ -60,9 +60,8 @@ class FedAc(Algorithm):
         for t in range(work.max_steps):
             W_md = W / beta + (1 - 1 / beta) * W_ag
             G, _ = work.grad(W_md, work.batch(t))
-            active = work.active(t)[:, None]
-            W_ag = torch.where(active, W_md - work.lr * G, W_ag)
-            W = torch.where(active, (1 - 1 / alpha) * W + W_md / alpha - gamma * G, W)
+            W_ag = work.masked(t, W_md - work.lr * G, W_ag)
+            W = work.masked(t, (1 - 1 / alpha) * W + W_md / alpha - gamma * G, W)
         return {"delta": W - x, "delta_ag": W_ag - x_ag}, client
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:

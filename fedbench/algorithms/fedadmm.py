@@ -157,9 +157,8 @@ class FedADMMLowRank(Algorithm):
         for t in range(work.max_steps):
             G, _ = work.grad(X, work.block_batch(draw_blocks(work, t, self.blocks), self.blocks))
             X_new = (rho * lr * Z - lr * Pi + X - lr * scale * G) / (1 + rho * lr)  # eq. (83)
-            active = work.active(t)[:, None]
-            X = torch.where(active, X_new, X)
-            Pi = torch.where(active, Pi + rho * (X_new - Z), Pi)  # eq. (84)
+            X = work.masked(t, X_new, X)
+            Pi = work.masked(t, Pi + rho * (X_new - Z), Pi)  # eq. (84)
         return {"W": Pi + rho * X}, {"X": X, "pi": Pi}
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:

@@ -101,10 +101,9 @@ class FedSaga(_BlockSaga):
             j = draw_blocks(work, t, M)
             G, _ = work.grad(X, work.block_batch(j, M))  # g_{i,j}(x_i)
             y_old = Y[rows, j]
-            active = work.active(t)[:, None]
-            X = torch.where(active, self._step(X, G - y_old + Y_mean, work.lr), X)  # eq. (9)
-            Y_mean = torch.where(active, Y_mean + (G - y_old) / M, Y_mean)
-            Y[rows, j] = torch.where(active, G, y_old)
+            X = work.masked(t, self._step(X, G - y_old + Y_mean, work.lr), X)  # eq. (9)
+            Y_mean = work.masked(t, Y_mean + (G - y_old) / M, Y_mean)
+            Y[rows, j] = work.masked(t, G, y_old)
         return {"dx": X - x}, {"Y": Y}
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:
@@ -152,10 +151,9 @@ class LoSAC(_BlockSaga):
             y_old = Y[rows, j]
             Phi_new = Phi + self.kappa * (G - y_old)  # phi_i <- phi_i - y_{i,j} + g (eq. 11)
             V = (Phi_new if self.phi_refresh_before_step else Phi) / N - y_old + G  # eq. (11)
-            active = work.active(t)[:, None]
-            X = torch.where(active, self._step(X, V, work.lr), X)
-            Phi = torch.where(active, Phi_new, Phi)
-            Y[rows, j] = torch.where(active, G, y_old)  # y_{i,j} <- g_{i,j}(x_i^-)
+            X = work.masked(t, self._step(X, V, work.lr), X)
+            Phi = work.masked(t, Phi_new, Phi)
+            Y[rows, j] = work.masked(t, G, y_old)  # y_{i,j} <- g_{i,j}(x_i^-)
         return {"dx": X - x, "dphi": Phi - phi}, {"Y": Y}  # eq. (12)
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:

@@ -151,6 +151,13 @@ class LocalWork:
         """[s] bool: clients that still take local step t (unequal local work is masked)."""
         return t < self.steps
 
+    def masked(self, t: int, new: Tensor, old: Tensor) -> Tensor:
+        """Step t's update `new` [s, ...] for the clients still working, `old` for those done; no
+        mask pass while every client still works (t < min_steps)."""
+        if t < self.min_steps:
+            return new
+        return torch.where(self.active(t).view(-1, *([1] * (new.dim() - 1))), new, old)
+
     # -- data --------------------------------------------------------------------------------
     def batch(self, t: int) -> Batch:
         """Local step t's minibatch of every client in the chunk (augmented if the data set says so;
