@@ -12,6 +12,7 @@ from fedbench.models import build_model
 COUNTS = [  # (model, input shape, classes, kwargs, parameters stated in the spec)
     ("cnn1_fedadmm", (1, 28, 28), 10, {}, 1_663_370),  # fedadmm.md §4.2
     ("cnn2_fedadmm", (3, 32, 32), 10, {}, 1_105_098),
+    ("fc_fedadmm", (1, 28, 28), 10, {}, 784 * 512 + 512 + 5_130),  # CNN 1's FC module on raw pixels
     ("cnn1_fedadmm", (1, 28, 28), 10, {"conv_relu": True, "output_softmax": False}, 1_663_370),
     ("cnn_composite", (1, 28, 28), 10, {}, 306_954),  # composite.md §4.2
     ("cnn_fedsso", (1, 28, 28), 10, {}, 6_230),  # fedsso.md §4.4
@@ -83,6 +84,8 @@ def test_fedadmm_switches():
     relu = build_model("cnn1_fedadmm", (1, 28, 28), 10, conv_relu=True)
     assert sum(isinstance(m, torch.nn.ReLU) for m in relu.module) == 3
     assert sum(isinstance(m, torch.nn.ReLU) for m in paper.module) == 1
+    proxy = build_model("fc_fedadmm", (1, 28, 28), 10, hidden=64)  # the ci proxy keeps the softmax output
+    torch.testing.assert_close(proxy.forward_flat(proxy.initial_vector(), x).sum(1), torch.ones(2))
 
 
 def test_zero_init_and_logreg_arity():

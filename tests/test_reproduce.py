@@ -247,12 +247,7 @@ CI = [  # every reproduction whose ci scale runs on data available here (synthet
     "losac/fig7",
     "composite/fig2",
     "composite/fig3",
-    pytest.param("fedadmm/table3", marks=pytest.mark.xfail(strict=True, reason=(
-        "the claim does not hold at ci scale (FMNIST MCLR, 20 clients, E_i ~ U{1,2}): FedADMM (rho 0.01, eta 1, "
-        "momentum 0.5) starts at 0.77 and then oscillates downwards (0.42 at round 30) while FedAvg reaches 80% at "
-        "round 2; with 1,000 clients x 60, 100 per round, E_i ~ U{1..20} full batch it plateaus at 0.77-0.78 (FedAvg: "
-        "round 7). With this much local work on a convex model theta <- theta + 2(mean w - theta) reflects instead of "
-        "converging (fedadmm.md 2.6); the spec's 7.2 prototypes saw FedAvg ahead too"))),
+    "fedadmm/table3",
     "fedspeed/table4_2",
     "fedsso/table1",
     "fedsso/table2",

@@ -58,6 +58,16 @@ def cnn2_fedadmm(
     return _fedadmm_cnn(input_shape, num_classes, 256, conv_relu, output_softmax)
 
 
+@MODELS.register("fc_fedadmm", "FedADMM CNN 1's fully connected module on raw pixels (CPU proxy): FC 512, softmax output")
+def fc_fedadmm(input_shape: tuple[int, ...], num_classes: int, hidden: int = 512, output_softmax: bool = True) -> nn.Module:
+    """CNN 1 (fedadmm.md §4.2) without its convolutions, ~30x cheaper per sample; keeps the official
+    code's softmax output (A3), which slows local training and sets the regime of the paper's tables."""
+    layers = [nn.Flatten(), nn.Linear(math.prod(input_shape), hidden), nn.ReLU(), nn.Linear(hidden, num_classes)]
+    if output_softmax:
+        layers.append(nn.Softmax(dim=-1))
+    return nn.Sequential(*layers)
+
+
 @MODELS.register("cnn_composite", "composite-FL CNN (MNIST): conv3x3 32, 32, pool, FC 64-32; 306,954")
 def cnn_composite(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """composite.md §4.2 (valid padding, one pool, A14): 28 -> 26 -> 24 -> 12; 12*12*32 = 4,608."""
