@@ -59,6 +59,8 @@ CASES: list[tuple[str, str]] = [
     ("dataset=synthetic partition=natural num_clients=10", "the data set has 30 users; set num_clients=30"),
     ("algorithm=fedadmm local_steps=5 local_epochs=null",
      "algorithm.hetero_epochs=true draws E_i from {1..local_epochs}, but local_epochs=null"),
+    ("algorithm=fedadmm algorithm.rho_schedule=[0.1,60]",
+     "algorithm.rho_schedule must be null or [round, value] with an integer round >= 0"),
     # targets and objectives
     ("targets=[1.5]", "targets must lie in (0, 1], got 1.5"),
     ("targets=[0]", "targets must lie in (0, 1], got 0"),

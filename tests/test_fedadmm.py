@@ -253,3 +253,42 @@ def test_lowrank_fedadmm_keeps_the_last_uploads_of_absent_clients():
             if i not in cohort:
                 assert torch.equal(W[i], w)
     assert run_round(fed, state) == (2 * 36, 2 * 36)
+
+
+# -- Figs. 6 and 9: step schedules of rho and eta ---------------------------------------------------
+
+def test_rho_schedule_switches_rho_for_the_whole_round_from_round_R():
+    """[R, rho2] = rho for rounds 0..R-1, then rho2 in the local gradients, the dual step and the
+    message (A16), with the duals kept: the same as changing rho by hand after R rounds."""
+    scheduled = final_x(*LSTSQ, "algorithm=fedadmm", "algorithm.rho=0.05", "algorithm.rho_schedule=[2,0.4]", rounds=4)
+    by_hand = build(*LSTSQ, "algorithm=fedadmm", "algorithm.rho=0.05")
+    state = advance(by_hand, initial_state(by_hand), 2)
+    by_hand.algorithm.rho = 0.4
+    assert torch.equal(scheduled, advance(by_hand, state, 2).server["x"])
+    assert not torch.equal(scheduled, final_x(*LSTSQ, "algorithm=fedadmm", "algorithm.rho=0.05", rounds=4))
+    assert torch.equal(final_x(*LSTSQ, "algorithm=fedadmm", "algorithm.rho_schedule=[0,0.4]"),
+                       final_x(*LSTSQ, "algorithm=fedadmm", "algorithm.rho=0.4"))
+
+
+def test_eta_schedule_switches_the_server_step_from_round_R():
+    import dataclasses
+
+    scheduled = final_x(*LSTSQ, "algorithm=fedadmm", "eta_g=1.0", "algorithm.eta_schedule=[3,0.5]", rounds=5)
+    by_hand = build(*LSTSQ, "algorithm=fedadmm", "eta_g=1.0")
+    state = advance(by_hand, initial_state(by_hand), 3)
+    by_hand.algorithm.setting = dataclasses.replace(by_hand.algorithm.setting, eta_g=0.5)
+    assert torch.equal(scheduled, advance(by_hand, state, 2).server["x"])
+    assert not torch.equal(scheduled, final_x(*LSTSQ, "algorithm=fedadmm", "eta_g=1.0", rounds=5))
+
+
+@pytest.mark.parametrize("override,match", [
+    ("algorithm.rho_schedule=[60]", "rho_schedule must be null or \\[round, value\\]"),
+    ("algorithm.rho_schedule=[-1,0.1]", "rho_schedule"),
+    ("algorithm.eta_schedule=[60,-0.5]", "eta_schedule"),
+    ("algorithm.eta_schedule=[1.5,0.5]", "eta_schedule"),
+])
+def test_bad_schedules_are_config_errors(override, match):
+    with pytest.raises(ConfigError, match=match):
+        build(*LSTSQ, "algorithm=fedadmm", override)
+    with pytest.raises(ConfigError, match="server_step"):
+        build(*LSTSQ, "algorithm=fedadmm", "algorithm.eta_schedule=[2,0.5]", "algorithm.server_step=participation")

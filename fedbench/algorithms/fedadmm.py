@@ -34,6 +34,17 @@ GRAD_SCALES = ("inv_N", "one")
 _EPOCH_TAG = 12  # the stream of E_i draws (shared by every algorithm with system heterogeneity)
 
 
+def _switch(name: str, value) -> tuple[int, float] | None:
+    """A step schedule [R, v]: the value v from round R on (0-based, as the official code's
+    `epoch >= target_round`); None = constant."""
+    if value is None:
+        return None
+    ok = isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(value[0], int) and not isinstance(value[0], bool)
+    ok = ok and value[0] >= 0 and isinstance(value[1], (int, float)) and not isinstance(value[1], bool) and value[1] >= 0
+    check(ok, f"algorithm.{name} must be null or [round, value] with an integer round >= 0 and a value >= 0, got {value!r}")
+    return int(value[0]), float(value[1])
+
+
 def heterogeneous_epochs(work) -> Tensor:
     """E_i ~ Uniform{1..E} per client and round (fedadmm.md §2.5; E = the configured local_epochs)."""
     if work.epochs is None:
@@ -51,9 +62,16 @@ class FedADMM(Algorithm):
     dual_update: bool = True  # false: y_i = 0 (FedProx's local problem)
     hetero_epochs: bool = True  # E_i ~ U{1..local_epochs} per client and round
     server_step: str = "eta"  # eta: theta += eta_g * mean | participation: eta = S/N (Theorem 1)
+    rho_schedule: list | None = None  # [R, rho2]: rho2 from round R on (Fig. 9; A16: y_i keeps what it has)
+    eta_schedule: list | None = None  # [R, eta2]: server step eta2 from round R on (Fig. 6; official code [60, 0.5])
 
     def validate(self) -> None:
         check(self.rho >= 0, f"algorithm.rho must be >= 0, got {self.rho}")
+        self._rho_switch = _switch("rho_schedule", self.rho_schedule)
+        self._eta_switch = _switch("eta_schedule", self.eta_schedule)
+        if self._eta_switch is not None and self.server_step != "eta":
+            raise ConfigError(f"algorithm.eta_schedule={self.eta_schedule!r} sets eta, but algorithm.server_step="
+                              f"{self.server_step!r} takes eta = S/N: use server_step=eta or eta_schedule=null")
         check(0 <= self.momentum < 1, f"algorithm.momentum must lie in [0, 1), got {self.momentum}")
         if self.local_init not in LOCAL_INITS:
             raise unknown_choice("algorithm.local_init", self.local_init, LOCAL_INITS)
@@ -67,6 +85,14 @@ class FedADMM(Algorithm):
                 f"(local_steps={local_steps}): set local_epochs=E, or algorithm.hetero_epochs=false"
             )
 
+    def rho_at(self, round_: int) -> float:
+        switch = self._rho_switch
+        return self.rho if switch is None or round_ < switch[0] else switch[1]
+
+    def eta_at(self, round_: int) -> float:
+        switch = self._eta_switch
+        return self.setting.eta_g if switch is None or round_ < switch[0] else switch[1]
+
     def init(self, x0: Tensor) -> State:
         self._x0 = x0.clone()  # w_i^0 = theta^0 (§2.4)
         return {"x": x0.clone()}
@@ -78,13 +104,13 @@ class FedADMM(Algorithm):
         return states
 
     def client_update(self, down: State, client: State, work) -> tuple[State, State]:
-        theta, y = down["x"], client["y"]
+        theta, y, rho = down["x"], client["y"], self.rho_at(work.round)  # A16: one rho for the whole round
         if self.hetero_epochs:
             work = work.with_epochs(heterogeneous_epochs(work))
         w_start = client["w"] if self.local_init == "local" else theta.expand(work.num_clients, -1)
 
         def direction(t, W, G, batch):
-            return G + y + self.rho * (W - theta)  # grad_w L_i (Alg. 1 line 17)
+            return G + y + rho * (W - theta)  # grad_w L_i (Alg. 1 line 17)
 
         W = local_sgd(work, w_start, direction, self.momentum)
         new = dict(client)
@@ -93,12 +119,12 @@ class FedADMM(Algorithm):
         if not self.dual_update:
             return {"delta": W - w_start}, new
         dual_delta = W - theta  # (y_new - y) / rho, exactly (eq. 4')
-        new["y"] = y + self.rho * dual_delta  # line 20
+        new["y"] = y + rho * dual_delta  # line 20
         return {"delta": (W - w_start) + dual_delta}, new  # eq. (4)
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:
         N, S = self.setting.num_clients, len(cohort.ids)
-        eta = self.setting.eta_g if self.server_step == "eta" else S / N
+        eta = self.eta_at(cohort.round) if self.server_step == "eta" else S / N
         return {**server, "x": server["x"] + eta * weighted_mean(up["delta"], cohort.weights)}  # eq. (5)
 
 
