@@ -152,13 +152,23 @@ register(Reproduction(
     plot=("train_loss", "test_accuracy"),
 ))
 
+EXACT_GRADIENT = ("DSGD", "MimeSVRG")  # uploads that are client 1's exact gradient at x^5 (losac.md §5)
+
+
 def check_fig6(table, scale: str) -> list[Claim]:
     claims = []
-    for m, g in zip(table["method"], table["group"]):
-        ratio = value(table, m, g, "dlg_error_ratio")
-        falls = m in ("DSGD", "MimeSVRG")
-        claims.append(Claim(f"{m}: e_100 {'<' if falls else '>'} e_0 on {g}", np.isfinite(ratio) and (ratio < 1) == falls,
-                            f"e_100 / e_0 = {ratio:.3f}"))
+    for g in dict.fromkeys(table["group"]):
+        ratios = {m: value(table, m, g, "dlg_error_ratio") for m in table[table["group"] == g]["method"]}
+        exact = max(ratios[m] for m in EXACT_GRADIENT)
+        for m, ratio in ratios.items():
+            if m in EXACT_GRADIENT:
+                claims.append(Claim(f"{m}: e_100 < e_0 on {g}", np.isfinite(ratio) and ratio < 1, f"e_100 / e_0 = {ratio:.3f}"))
+            elif scale == "ci":  # §8 target 15: the divergence is not to be asserted on synthetic data; its weaker form is
+                claims.append(Claim(f"{m}: the attack gains less than on an exact gradient on {g} (e_100 / e_0 above DSGD's "
+                                    f"and MimeSVRG's)", np.isfinite(ratio) and ratio > exact,
+                                    f"e_100 / e_0 = {ratio:.3f}, exact-gradient uploads <= {exact:.3f}"))
+            else:
+                claims.append(Claim(f"{m}: e_100 > e_0 on {g}", np.isfinite(ratio) and ratio > 1, f"e_100 / e_0 = {ratio:.3f}"))
     return claims
 
 
@@ -175,7 +185,9 @@ register(Reproduction(
                     overrides=("dataset=sparse_logreg", "partition=natural", "num_clients=10", "clients_per_round=10",
                                "model=linear"),
                     note="synthetic sparse logistic regression (10 clients x 200 samples, 60 features), linear model, "
-                         "full participation, round-5 uploads, 100 GD attack iterations"),
+                         "full participation, round-5 uploads, 100 GD attack iterations; checks the weaker form of the "
+                         "claim for FedAvg, SCAFFOLD and LoSAC (the attack gains less than on DSGD's and MimeSVRG's exact "
+                         "gradients): on synthetic data the paper's divergence is not to be expected (losac.md §5, §8 target 15)"),
     },
     check=check_fig6, plot=("dlg_error",), runner="dlg",
     notes="the attack reads client 1's round-5 upload (losac.md §5.4); `fedbench attack dlg` runs the same evaluation ad hoc",
