@@ -281,3 +281,21 @@ def test_fig6_check_asserts_divergence_at_full_scale_and_its_weaker_form_at_ci()
     leaky = _ratios(DSGD=0.77, MimeSVRG=0.85, FedAvg=0.81, SCAFFOLD=1.03, LoSAC=1.02)  # FedAvg leaks more than Mime
     assert [c.holds for c in check(leaky, "ci")] == [True, True, False, True, True]
     assert not check(_ratios(DSGD=1.01, MimeSVRG=0.8, FedAvg=1.1, SCAFFOLD=1.1, LoSAC=1.1), "ci")[0].holds
+
+
+def test_reproduce_all_runs_what_can_run_here_and_says_why_not_for_the_rest(tiny_conf, monkeypatch):
+    from fedbench.reproduce.run import reproduce_all
+
+    rep = fake_rep(tiny_conf / "papers", monkeypatch)
+    no_data = Reproduction(**{**rep.__dict__, "name": "fake/nodata", "scales": {"ci": Scale(
+        tuple(Arm(a.method, a.group, (*a.overrides, "dataset=mnist", "data.root=nowhere")) for a in rep.scales["ci"].arms),
+        (0,), "cpu", "s")}})
+    gpu_only = Reproduction(**{**rep.__dict__, "name": "fake/gpu", "scales": {"full": rep.scales["full"]}})
+    monkeypatch.setattr(catalog_module, "REPRODUCTIONS", {r.name: r for r in (rep, no_data, gpu_only)})
+    results, summary = reproduce_all("ci", (f"tracking.uri=sqlite:///{tiny_conf}/mlflow.db", "engine.threads=1"),
+                                     outputs=tiny_conf / "outputs", echo=lambda *_: None)
+    assert set(results) == {"fake/t", "fake/nodata"}  # fake/gpu has no ci scale
+    assert results["fake/t"].holds and "mnist not found" in results["fake/nodata"]
+    text = summary.read_text()
+    assert "| fake/t | 1 / 1 |" in text and "| fake/nodata | not run: mnist not found" in text
+    assert "| method | group | metric | paper | measured |" in text  # the comparison table of what ran

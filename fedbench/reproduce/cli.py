@@ -31,6 +31,8 @@ Examples:
 
   fedbench reproduce losac/fig7 --scale ci        # scaled-down run (minutes on a CPU)
 
+  fedbench reproduce all --scale ci               # every reproduction that can run here, and a summary
+
   fedbench reproduce fedadmm/table3 --scale full tracking.uri=http://host:5000
 """
 
@@ -55,13 +57,23 @@ def list_reproductions() -> None:
               epilog=EPILOG)
 def reproduce(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="a reproduction (<paper>/<table>), or `list`")],
+    name: Annotated[str, typer.Argument(help="a reproduction (<paper>/<table>), `all`, or `list`")],
     scale: Annotated[str, typer.Option("--scale", help="ci (scaled down, CPU minutes) or full (the paper's settings)")] = "ci",
 ) -> None:
     """Run NAME's grid (seeds included) into the MLflow experiment NAME, print and save the comparison with
     the paper; exit code 1 when a claim does not hold. Extra arguments are Hydra overrides for every job."""
     if name == "list":
         list_reproductions()
+        return
+    if name == "all":
+        from fedbench.reproduce.run import reproduce_all
+
+        results, summary = reproduce_all(scale, tuple(ctx.args), echo=typer.echo)
+        typer.echo("\n" + summary.read_text())
+        typer.echo(f"saved: {summary}")
+        if any(not isinstance(r, str) and not r.holds for r in results.values()):
+            typer.echo("a claim does not hold", err=True)
+            raise typer.Exit(1)
         return
     from fedbench.reproduce.catalog import get
     from fedbench.reproduce.run import reproduce as run_reproduction

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from fedbench.errors import ConfigError, FedbenchError
+from fedbench.errors import ConfigError, DataUnavailableError, FedbenchError
 from fedbench.reproduce.catalog import Claim, Reproduction, Scale
 from fedbench.reproduce.compare import RunResult, aggregate, comparison, to_csv_frame, to_markdown
 from fedbench.reproduce.plots import plot_figure
@@ -260,3 +260,32 @@ def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] 
         claims.append(Claim("every job of the grid ran to the end", False, "failed: " + "; ".join(failures)))
     markdown, files = save(rep, scale_name, runs, table, claims, out / scale_name, stamp, uri)
     return Outcome(table, claims, markdown, files)
+
+
+def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: Path = OUTPUTS,
+                  echo=print) -> tuple[dict[str, Outcome | str], Path]:
+    """Every reproduction with this scale that can run here, one after the other; the others are listed
+    with the reason. Returns {name: outcome or why it did not run} and the summary file (Markdown)."""
+    from fedbench.reproduce.catalog import load_catalog
+
+    results: dict[str, Outcome | str] = {}
+    for rep in load_catalog().values():
+        if scale_name not in rep.scales:
+            continue
+        lacking = missing(rep, scale_name)
+        try:
+            if lacking:
+                raise ConfigError(f"missing {', '.join(lacking)}")
+            echo(f"[reproduce all] {rep.name} --scale {scale_name}")
+            results[rep.name] = reproduce(rep, scale_name, extra, outputs)
+        except (ConfigError, DataUnavailableError) as err:
+            results[rep.name] = f"not run: {err}"
+    lines = [f"# fedbench reproduce all --scale {scale_name}", "", "| reproduction | claims that hold |", "|---|---|"]
+    for name, result in results.items():
+        held = result if isinstance(result, str) else f"{sum(c.holds for c in result.claims)} / {len(result.claims)}"
+        lines.append(f"| {name} | {held} |")
+    lines += [""] + [result.markdown + "\n" for result in results.values() if not isinstance(result, str)]
+    outputs.mkdir(parents=True, exist_ok=True)
+    summary = outputs / f"all-{scale_name}.md"
+    summary.write_text("\n".join(lines))
+    return results, summary
