@@ -113,6 +113,7 @@ def test_measure_rounds_to_target_and_values():
     assert measure(Metric("a", "at", at=2, scale=100), h, 4) == 50
     assert measure(Metric("a", "at"), h, 4) == 0.9
     assert measure(Metric("a", "mean_last", last=2), h, 4) == pytest.approx(0.8)
+    assert measure(Metric("a", "mean_last", last=2, at=3), h, 4) == pytest.approx(0.6)  # rounds 2-3 (FedADMM Fig. 6)
     assert math.isnan(measure(Metric("a", "at", "rec_err"), h, 4))
 
 
@@ -246,6 +247,8 @@ CI = [  # every reproduction whose ci scale runs on data available here (synthet
     "composite/fig2",
     "composite/fig3",
     "fedadmm/table3",
+    "fedadmm/fig6",
+    "fedadmm/fig9",
     "fedspeed/table4_2",
     "fedsso/table1",
     "fedsso/table2",

@@ -42,7 +42,7 @@ class Metric:
 
     kind: `rounds` = first round whose `source` reaches `target` (>= for mode max, <= for min), minus
     `offset` (FedSSO reports r* - 1); `per_round` = a cumulative counter over the rounds run; `at` = value at round `at` (the last round when None); `mean_last`
-    = mean over the last `last` logged rounds; `min`/`max` over rounds. `scale` multiplies measured
+    = mean over the last `last` logged rounds (up to round `at` when given); `min`/`max` over rounds. `scale` multiplies measured
     values into the paper's unit (100 for accuracies printed in %).
     """
 

@@ -42,8 +42,9 @@ def measure(metric: Metric, history: pd.DataFrame, rounds: int) -> float:
         value = row[metric.source].iloc[-1] if not row.empty else math.nan
     elif metric.kind == "per_round":  # a cumulative counter (wall_time, floats_up) divided by the rounds run
         value = values[-1] / data["round"].iloc[-1]
-    elif metric.kind == "mean_last":
-        value = values[-metric.last :].mean()
+    elif metric.kind == "mean_last":  # the `last` logged rounds up to round `at` (the end when None)
+        upto = values if metric.at is None else values[data["round"].to_numpy() <= metric.at]
+        value = upto[-metric.last :].mean() if len(upto) else math.nan
     elif metric.kind == "min":
         value = values.min()
     elif metric.kind == "max":
