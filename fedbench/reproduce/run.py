@@ -278,6 +278,7 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
                 raise ConfigError(f"missing {', '.join(lacking)}")
             echo(f"[reproduce all] {rep.name} --scale {scale_name}")
             results[rep.name] = reproduce(rep, scale_name, extra, outputs)
+            echo("\n".join(line for line in results[rep.name].markdown.splitlines() if line.startswith("- [")))
         except (ConfigError, DataUnavailableError) as err:
             results[rep.name] = f"not run: {err}"
     lines = [f"# fedbench reproduce all --scale {scale_name}", "", "| reproduction | claims that hold |", "|---|---|"]
