@@ -40,6 +40,7 @@ def table3_arms(columns, methods=METHODS) -> tuple[Arm, ...]:
     return tuple(arms)
 
 
+MIN_SPEEDUP = 7.6  # MNIST (100) non-IID: 250 / 33
 CI_LRS = (0.1, 0.5)  # two values of the paper's lr grid {0.01, 0.1, 0.2, 0.5} (A4)
 
 
@@ -58,8 +59,9 @@ def check_table3(table, scale: str) -> list[Claim]:
         for lr in CI_LRS:
             g = ci_group(lr)
             admm, sgd = value(table, "FedADMM", g, "rounds_to_0.8"), value(table, "FedSGD", g, "rounds_to_0.8")
-            claims.append(Claim(f"lr {lr:g}: FedADMM reaches 80% at least 3x faster than FedSGD (speed-up column of Table III)",
-                                admm * 3 <= (sgd if sgd < float("inf") else 300), f"FedADMM {admm:g}, FedSGD {sgd:g}"))
+            claims.append(Claim(f"lr {lr:g}: FedADMM reaches 80% at least {MIN_SPEEDUP}x faster than FedSGD (the smallest "
+                                "FedADMM speed-up of Table III)", admm * MIN_SPEEDUP <= (sgd if sgd < float("inf") else 300),
+                                f"FedADMM {admm:g}, FedSGD {sgd:g}"))
         return claims
     claims = []
     for group in dict.fromkeys(table["group"]):
