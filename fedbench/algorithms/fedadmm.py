@@ -45,6 +45,10 @@ def _switch(name: str, value) -> tuple[int, float] | None:
     return int(value[0]), float(value[1])
 
 
+def _scheduled(value: float, switch: tuple[int, float] | None, round_: int) -> float:
+    return value if switch is None or round_ < switch[0] else switch[1]
+
+
 def heterogeneous_epochs(work) -> Tensor:
     """E_i ~ Uniform{1..E} per client and round (fedadmm.md §2.5; E = the configured local_epochs)."""
     if work.epochs is None:
@@ -86,12 +90,10 @@ class FedADMM(Algorithm):
             )
 
     def rho_at(self, round_: int) -> float:
-        switch = self._rho_switch
-        return self.rho if switch is None or round_ < switch[0] else switch[1]
+        return _scheduled(self.rho, self._rho_switch, round_)
 
     def eta_at(self, round_: int) -> float:
-        switch = self._eta_switch
-        return self.setting.eta_g if switch is None or round_ < switch[0] else switch[1]
+        return _scheduled(self.setting.eta_g, self._eta_switch, round_)
 
     def init(self, x0: Tensor) -> State:
         self._x0 = x0.clone()  # w_i^0 = theta^0 (§2.4)

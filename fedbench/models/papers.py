@@ -32,15 +32,18 @@ def logreg(input_shape: tuple[int, ...], num_classes: int, zero_init: bool = Tru
 def _fedadmm_cnn(input_shape, num_classes, hidden: int, conv_relu: bool, output_softmax: bool) -> nn.Module:
     channels, height, width = _image_shape(input_shape)
     act = (lambda: nn.ReLU()) if conv_relu else (lambda: nn.Identity())
-    layers = [
+    convs = [
         nn.Conv2d(channels, 32, 5, padding=2), act(), nn.MaxPool2d(2),
         nn.Conv2d(32, 64, 5, padding=2), act(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * (height // 4) * (width // 4), hidden), nn.ReLU(),
-        nn.Linear(hidden, num_classes),
     ]
-    if output_softmax:  # official code: Softmax output fed to CrossEntropyLoss ("double softmax", A3)
-        layers.append(nn.Softmax(dim=-1))
-    return nn.Sequential(*layers)
+    return nn.Sequential(*convs, *_fedadmm_fc(64 * (height // 4) * (width // 4), hidden, num_classes, output_softmax))
+
+
+def _fedadmm_fc(in_features: int, hidden: int, num_classes: int, output_softmax: bool) -> list[nn.Module]:
+    """The FedADMM CNNs' fully connected module: flatten, FC + ReLU, FC, and the official code's
+    Softmax output fed to CrossEntropyLoss ("double softmax", A3) when `output_softmax`."""
+    layers = [nn.Flatten(), nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)]
+    return [*layers, nn.Softmax(dim=-1)] if output_softmax else layers
 
 
 @MODELS.register("cnn1_fedadmm", "FedADMM CNN 1 (MNIST/FMNIST): 2x conv5x5 (32, 64) + pool, FC 512; 1,663,370")
@@ -62,10 +65,7 @@ def cnn2_fedadmm(
 def fc_fedadmm(input_shape: tuple[int, ...], num_classes: int, hidden: int = 512, output_softmax: bool = True) -> nn.Module:
     """CNN 1 (fedadmm.md §4.2) without its convolutions, ~30x cheaper per sample; keeps the official
     code's softmax output (A3), which slows local training and sets the regime of the paper's tables."""
-    layers = [nn.Flatten(), nn.Linear(math.prod(input_shape), hidden), nn.ReLU(), nn.Linear(hidden, num_classes)]
-    if output_softmax:
-        layers.append(nn.Softmax(dim=-1))
-    return nn.Sequential(*layers)
+    return nn.Sequential(*_fedadmm_fc(math.prod(input_shape), hidden, num_classes, output_softmax))
 
 
 @MODELS.register("cnn_composite", "composite-FL CNN (MNIST): conv3x3 32, 32, pool, FC 64-32; 306,954")

@@ -273,9 +273,10 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
         if scale_name not in rep.scales:
             continue
         lacking = missing(rep, scale_name)
+        if lacking:
+            results[rep.name] = f"not run: missing {', '.join(lacking)}"
+            continue
         try:
-            if lacking:
-                raise ConfigError(f"missing {', '.join(lacking)}")
             echo(f"[reproduce all] {rep.name} --scale {scale_name}")
             results[rep.name] = reproduce(rep, scale_name, extra, outputs)
             echo("\n".join(line for line in results[rep.name].markdown.splitlines() if line.startswith("- [")))
