@@ -14,7 +14,7 @@ from fedbench.errors import FedbenchError
 from fedbench.report import REPORT_EXAMPLES, report
 from fedbench.reproduce.cli import app as reproduce_app
 
-CONF_DIR = Path(os.environ.get("FEDBENCH_CONF", Path(__file__).resolve().parent.parent / "conf"))
+CONF_DIR = Path(os.environ.get("FEDBENCH_CONF", Path(__file__).resolve().parent / "conf"))
 
 RUN_EXAMPLES = """
 Examples:

@@ -18,7 +18,7 @@ FAILURES: list[str] = []  # filled at the end of a multirun, read by cli.hydra_m
 
 
 class SweepCallback(Callback):
-    """Registered in conf/config.yaml under hydra.callbacks."""
+    """Registered in fedbench/conf/config.yaml under hydra.callbacks."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # One process creates the SQLite schema and the experiment, so that parallel jobs

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF = Path(__file__).resolve().parent.parent / "fedbench" / "conf"
 
 CASES: list[tuple[str, str]] = [
     # unknown names

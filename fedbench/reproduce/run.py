@@ -83,7 +83,7 @@ def missing(rep: Reproduction, scale_name: str) -> list[str]:
         return [rep.blocked]
     base = conf_dir()
     presets = dict.fromkeys([rep.preset_path, *(a.preset for a in scale.arms if a.preset)])
-    out = [f"preset conf/experiment/{p}.yaml" for p in presets if not (base / "experiment" / f"{p}.yaml").exists()]
+    out = [f"preset fedbench/conf/experiment/{p}.yaml" for p in presets if not (base / "experiment" / f"{p}.yaml").exists()]
     if out:
         return out
     for group in ("algorithm", "dataset", "model", "partition"):
