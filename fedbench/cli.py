@@ -192,6 +192,26 @@ def list_choices() -> None:
         typer.echo(f"{title}:")
         for name, doc in registry.describe().items():
             typer.echo(f"  {name:<16} {doc}")
+            if title == "algorithms" and (imposed := imposed_settings(CONF_DIR / "algorithm" / f"{name}.yaml")):
+                shown = ', '.join(f"{k}={'null' if v is None else v}" for k, v in imposed.items())
+                typer.echo(f"  {'':<16}   imposes: {shown}")
+
+
+def imposed_settings(path: Path) -> dict[str, str]:
+    """The run settings an algorithm's config file imposes (`algorithm.imposes`), with their values:
+    top-level keys of the file, or group choices from its defaults list."""
+    from omegaconf import OmegaConf
+
+    if not path.is_file():
+        return {}
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    keys = (raw.get("algorithm") or {}).get("imposes") or []
+    choices = {}
+    for entry in raw.get("defaults") or []:
+        if isinstance(entry, dict):
+            for k, v in entry.items():
+                choices[k.removeprefix("override ").lstrip("/")] = v
+    return {k: raw[k] if k in raw else choices.get(k) for k in keys}
 
 
 def _register_subcommands() -> None:

@@ -62,6 +62,7 @@ def build_algorithm(cfg: DictConfig):
     name = cfg.algorithm.name
     cls = registry.get(name)
     params = params_of(cfg.algorithm)
+    params.pop("imposes", None)  # the run settings the algorithm's config sets (documentation)
     fields = {f.name for f in dataclasses.fields(cls) if f.init}
     for key in params:
         if key not in fields:
@@ -95,9 +96,12 @@ def validate(cfg: DictConfig) -> Algorithm:
         f"clients_per_round={cfg.clients_per_round} exceeds num_clients={cfg.num_clients}",
     )
     steps, epochs = cfg.get("local_steps"), cfg.get("local_epochs")
+    imposed = list(OmegaConf.select(cfg, "algorithm.imposes", default=None) or [])
+    hint = (f"; algorithm {cfg.algorithm.name} imposes local_steps={steps}: to run epochs, also set local_steps=null"
+            if "local_steps" in imposed and steps is not None and epochs is not None else "")
     check(
         (steps is None) != (epochs is None),
-        f"set exactly one of local_steps and local_epochs (got local_steps={steps}, local_epochs={epochs})",
+        f"set exactly one of local_steps and local_epochs (got local_steps={steps}, local_epochs={epochs}){hint}",
     )
     _positive_int(cfg, "local_steps" if steps is not None else "local_epochs")
     _positive_int(cfg, "batch_size", minimum=0)

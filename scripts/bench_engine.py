@@ -74,7 +74,7 @@ class CohortBatches:
         from fedbench.engine.streams import sample_cohort
 
         ids = torch.tensor(sample_cohort(fed.seed, 0, fed.clients.num_clients, fed.clients_per_round))
-        work = LocalWork(fed.clients, ids, 0, fed.eta_l, fed.batch_size, None, K)
+        work = LocalWork(fed.clients, ids, 0, fed.algorithm.setting.eta_l, fed.batch_size, None, K)
         self.x, self.y = fed.clients.x, fed.clients.y
         self.index = [work.batch_index(t) for t in range(K)]
 

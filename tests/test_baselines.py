@@ -50,7 +50,7 @@ def test_dsgd_is_fedavg_with_one_local_step_and_fedsgd_with_full_batches():
     _, ref = train(*one_step, "algorithm=fedavg")
     _, got = train(*one_step, "algorithm=dsgd")
     assert torch.allclose(got.server["x"], ref.server["x"], rtol=0, atol=1e-13)
-    full = [*LSTSQ, "clients_per_round=3", "rounds=3", "eta_g=0.5"]
+    full = [*LSTSQ, "clients_per_round=3", "rounds=3", "eta_g=0.5", "eta_l_decay=0.9"]  # FedSGD follows the decay too
     _, ref = train(*full, "algorithm=fedsgd")
     _, got = train(*full, "algorithm=dsgd")
     assert torch.allclose(got.server["x"], ref.server["x"], rtol=0, atol=1e-13)

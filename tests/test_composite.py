@@ -204,18 +204,17 @@ def test_smooth_case_converges_exactly_on_heterogeneous_least_squares():
     FedAvg's fixed point is biased."""
     common = ["dataset=lstsq", "partition=natural", "model=linear", "num_clients=8", "clients_per_round=8",
               "batch_size=0", "local_epochs=null", "local_steps=5", "engine.dtype=float64", "eval_every=0", "eta_g=2"]
-    fed, state = _build(*common, "algorithm=fedcomp", "algorithm.regularizer.kind=none", "algorithm.stationarity_every=0")
-    data = fed.clients
+    data = _build(*common, "algorithm=fedavg")[0].clients
     A = torch.cat([data.x, torch.ones(len(data.x), 1, dtype=data.x.dtype)], 1)  # [w, bias], as the flat model
     L_max = max(float(torch.linalg.eigvalsh(2 * A[i].mT @ A[i] / len(i))[-1]) for i in data.index)
     optimum = torch.linalg.lstsq(A, data.y[:, None]).solution[:, 0]
-    fed.eta_l = 1 / L_max
+    common.append(f"eta_l={1 / L_max!r}")
+    fed, state = _build(*common, "algorithm=fedcomp", "algorithm.regularizer.kind=none", "algorithm.stationarity_every=0")
     for _ in range(150):
         _step(fed, state)
     assert (state.server["x"] - optimum).abs().max() <= 1e-11
 
     fed_avg, state_avg = _build(*common, "algorithm=fedavg")
-    fed_avg.eta_l = 1 / L_max
     for _ in range(40):
         _step(fed_avg, state_avg)
     assert (state_avg.server["x"] - optimum).abs().max() > 0.1

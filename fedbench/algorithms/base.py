@@ -63,6 +63,11 @@ class Setting:
     # x [d] -> (grad f(x), f(x)) for the federation's objective f = sum_i p_i f_i over all N clients
     # (p_i from `aggregation`): exact, costs one pass over all training data; for diagnostics only.
     objective_grad: Callable[[Tensor], tuple[Tensor, Tensor]] | None = None
+    eta_l_decay: float = 1.0  # eta_l at round r is eta_l * eta_l_decay**r
+
+    def local_lr(self, round_: int) -> float:
+        """The local step size of round `round_` (the one home of the eta_l schedule)."""
+        return self.eta_l * self.eta_l_decay**round_
 
 
 def cohort_sum(setting: Setting, values: Tensor, cohort: Cohort) -> Tensor:

@@ -35,5 +35,5 @@ class FedSGD(Algorithm):
         return {"grad": G}, client
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:
-        step = self.setting.eta_l * self.setting.eta_g
+        step = self.setting.local_lr(cohort.round) * self.setting.eta_g  # the round's eta_l, decay included
         return {**server, "x": server["x"] - step * weighted_mean(up["grad"], cohort.weights)}

@@ -61,7 +61,7 @@ def observe(fed: Federation, attack_round: int, client: int = 0) -> tuple[Tensor
     algo = fed.algorithm
     down = algo.broadcast(state.server, state.round)
     ids = torch.tensor([client], device=fed.device)
-    lr = fed.eta_l * fed.eta_l_decay**state.round
+    lr = fed.algorithm.setting.local_lr(state.round)
     epochs = None if fed.local_epochs is None else torch.full((1,), fed.local_epochs, device=fed.device)
     work = LocalWork(fed.clients, ids, state.round, lr, fed.batch_size, epochs, fed.local_steps)
     client_state = {name: t.gather([client], fed.device) for name, t in state.tables.items()}

@@ -35,14 +35,17 @@ class Federation:
     batch_size: int
     local_steps: int | None
     local_epochs: int | None
-    eta_l: float
-    eta_l_decay: float
     client_chunk: int
     eval_every: int
     train_loss_every: int
     aggregation: str  # 'uniform' or 'num_samples'
     client_state_device: torch.device
     device: torch.device
+
+    @property
+    def eta_l(self) -> float:
+        """The base local step size; the schedule lives in the algorithm's Setting (local_lr)."""
+        return self.algorithm.setting.eta_l
 
 
 @dataclass
@@ -84,7 +87,7 @@ def run_round(fed: Federation, state: RunState) -> tuple[float, float]:
     weights = sizes.double() / sizes.sum() if fed.aggregation == "num_samples" else torch.full((len(ids),), 1.0 / len(ids), dtype=torch.float64, device=fed.device)
     cohort = Cohort(round=r, ids=ids_t, sizes=sizes, weights=weights)
     down = algo.broadcast(state.server, r)
-    lr = fed.eta_l * fed.eta_l_decay**r
+    lr = algo.setting.local_lr(r)
     epochs_all = None if fed.local_epochs is None else torch.full((len(ids),), fed.local_epochs, device=fed.device)
     chunks = []
     for start in range(0, len(ids), fed.client_chunk):
