@@ -16,6 +16,17 @@ from fedbench.reproduce.cli import app as reproduce_app
 
 CONF_DIR = Path(os.environ.get("FEDBENCH_CONF", Path(__file__).resolve().parent / "conf"))
 
+
+def register_resolvers() -> None:
+    """`${pid:}` in hydra.run.dir: runs started in the same second get folders of their own."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("pid"):
+        OmegaConf.register_new_resolver("pid", os.getpid)
+
+
+register_resolvers()
+
 RUN_EXAMPLES = """
 Examples:
 
@@ -91,6 +102,8 @@ def _hydra_task(cfg) -> float:
         if isinstance(exc, FedbenchError):
             _report_error(exc)
             if not multirun:
+                if exc.exit_code == 2 and not cfg.get("resume"):
+                    _discard_untrained(out)
                 raise SystemExit(exc.exit_code) from None
         elif not multirun:
             raise
@@ -102,6 +115,21 @@ def _hydra_task(cfg) -> float:
         marker.write_text(f"job {hc.job.num} ({' '.join(hc.overrides.task)}): {exc}\n")
         return float("nan")
     return objective_value(summary, cfg)
+
+
+def _discard_untrained(run_dir: Path) -> None:
+    """A run refused before its first round leaves no folder behind (only Hydra's own files were written)."""
+    import shutil
+
+    from fedbench.runner import CHECKPOINT_NAME
+
+    if not run_dir.is_dir() or (run_dir / CHECKPOINT_NAME).exists():
+        return
+    entries = list(run_dir.iterdir())
+    if all(e.name == ".hydra" or (e.suffix == ".log" and e.is_file()) for e in entries):  # never a user's files
+        for e in entries:
+            shutil.rmtree(e) if e.is_dir() else e.unlink()
+        run_dir.rmdir()
 
 
 def hydra_main(argv: list[str]) -> int:
@@ -146,7 +174,7 @@ def run(
 RESUME_EXAMPLES = """
 Examples:
 
-  fedbench resume outputs/runs/2026-11-22/04-10-00_fedavg_digits
+  fedbench resume outputs/runs/2026-11-22/04-10-00_fedavg_digits_4121
 
   fedbench resume outputs/multirun/2026-11-22/04-10-00/3       # one job of a sweep
 """

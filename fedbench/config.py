@@ -57,6 +57,15 @@ def _positive_float(cfg: DictConfig, key: str) -> None:
     )
 
 
+MAX_SEED = 2**63 - 1  # the random streams hash the seed as a signed 64-bit integer
+
+
+def _is_device(device: str) -> bool:
+    import re
+
+    return device in ("auto", "cpu", "mps") or re.fullmatch(r"cuda(:\d+)?", device) is not None
+
+
 def build_algorithm(cfg: DictConfig):
     registry = load_all()
     name = cfg.algorithm.name
@@ -83,9 +92,11 @@ def validate(cfg: DictConfig) -> Algorithm:
     _check_kwargs("dataset", cfg.dataset.name, DATASETS.get(cfg.dataset.name), params_of(cfg.dataset), 0)
     partition = PARTITIONS.get(cfg.partition.name)
     _check_kwargs("partition", cfg.partition.name, partition, params_of(cfg.partition), 3)
-    if cfg.partition.name == "dirichlet":
+    if cfg.partition.name == "dirichlet" or "alpha" in cfg.partition:
         alpha = cfg.partition.get("alpha", 0.5)
-        check(isinstance(alpha, (int, float)) and alpha > 0, f"partition.alpha must be > 0, got {alpha!r}")
+        check(isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and math.isfinite(alpha) and alpha > 0,
+              f"partition.alpha must be a finite number > 0 (large alpha approaches an IID split; partition=iid is "
+              f"the limit), got {alpha!r}")
     MODELS.get(cfg.model.name)
     _check_kwargs("model", cfg.model.name, MODELS.get(cfg.model.name), params_of(cfg.model), 2)
 
@@ -108,6 +119,7 @@ def validate(cfg: DictConfig) -> Algorithm:
     _positive_int(cfg, "eval_every", minimum=0)
     _positive_int(cfg, "train_loss_every", minimum=0)
     _positive_int(cfg, "seed", minimum=0)
+    check(cfg.seed <= MAX_SEED, f"seed must be an integer in [0, 2**63 - 1], got {cfg.seed}")
     for key in ("eta_l", "eta_g", "eta_l_decay"):
         _positive_float(cfg, key)
     targets = list(cfg.get("targets") or [])
@@ -120,6 +132,9 @@ def validate(cfg: DictConfig) -> Algorithm:
     elif objective not in OBJECTIVES:
         raise unknown_choice("tracking.objective", objective, (*OBJECTIVES, "rounds_to_<t>"))
     _positive_int(cfg, "tracking.checkpoint_every", minimum=0)
+    experiment = OmegaConf.select(cfg, "tracking.experiment")
+    check(isinstance(experiment, str) and experiment.strip() != "",
+          f"tracking.experiment must name an MLflow experiment, got {experiment!r}")
     if cfg.aggregation not in AGGREGATIONS:
         raise unknown_choice("aggregation", cfg.aggregation, AGGREGATIONS)
     if cfg.loss_scale not in LOSS_SCALES:
@@ -132,10 +147,11 @@ def validate(cfg: DictConfig) -> Algorithm:
     if engine.get("dtype", "float32") not in ("float32", "float64"):
         raise unknown_choice("engine.dtype", engine.dtype, ("float32", "float64"))
     device = str(engine.device)
-    check(
-        device in ("auto", "cpu") or device.startswith("cuda") or device == "mps",
-        f"engine.device must be auto, cpu, cuda[:k] or mps, got {device!r}",
-    )
+    check(_is_device(device), f"engine.device must be auto, cpu, cuda[:k] or mps, got {device!r}")
+    state_device = str(engine.get("client_state_device", "auto"))
+    check(_is_device(state_device),
+          f"engine.client_state_device must be auto (= engine.device), cpu, cuda[:k] or mps, got {state_device!r}")
+    _positive_int(cfg, "engine.threads", minimum=0)
     if device.startswith("cuda"):
         import torch
 

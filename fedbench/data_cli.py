@@ -72,7 +72,11 @@ def show(
     import numpy as np
 
     from fedbench.data import fingerprint
+    from fedbench.errors import check, check_output_file
 
+    check(rows >= 0, f"--rows must be >= 0 (0 lists every client), got {rows}")
+    if out is not None:
+        check_output_file(out, "--out")
     cfg, dataset, parts, counts = client_label_counts(list(ctx.args))
     sizes = counts.sum(1)
     fp = fingerprint(parts)
@@ -83,7 +87,7 @@ def show(
                f"client size mean {sizes.mean():.2f}, "
                f"stdev {sizes.std(ddof=1) if len(sizes) > 1 else 0.0:.2f}, min {sizes.min()}, max {sizes.max()}; "
                f"labels per client mean {np.count_nonzero(counts, 1).mean():.2f}")
-    shown = range(len(parts)) if rows <= 0 else range(min(rows, len(parts)))
+    shown = range(len(parts)) if rows == 0 else range(min(rows, len(parts)))
     typer.echo(f"{'client':>6} {'size':>7} {'#labels':>7}  label:count")
     for i in shown:
         nz = np.flatnonzero(counts[i])

@@ -49,3 +49,18 @@ def check(condition: bool, message: str) -> None:
     """Raise a ConfigError with `message` unless `condition` holds."""
     if not condition:
         raise ConfigError(message)
+
+
+def check_output_file(path, option: str) -> None:
+    """Fail before any work when `path` (a file a command will write) has no existing, writable folder.
+    Folders are not created on the user's behalf: a mistyped path is more likely than a wanted new tree."""
+    import os
+    from pathlib import Path
+
+    folder = Path(path).absolute().parent
+    if not folder.is_dir():
+        raise ConfigError(f"{option} {path}: the folder {folder} does not exist; create it or choose another path")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {path}: the folder {folder} is not writable; choose another path")
+    if Path(path).is_dir():
+        raise ConfigError(f"{option} {path} is a folder; give a file name")

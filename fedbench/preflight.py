@@ -37,6 +37,8 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
     from hydra import compose, initialize_config_dir
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 
+    from omegaconf.errors import OmegaConfBaseException
+
     from fedbench.config import validate
 
     overrides = hydra_overrides(argv)
@@ -64,7 +66,10 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
         except ConfigCompositionException as exc:
             cause = exc.__cause__ or exc
             raise ConfigError(f"{str(exc).splitlines()[0]} ({str(cause).splitlines()[0]})") from None
-        validate(cfg)
+        try:
+            validate(cfg)
+        except OmegaConfBaseException as exc:  # e.g. rounds=${oops}
+            raise ConfigError(f"cannot resolve the config: {' '.join(str(exc).split())}") from None
 
 
 def check_output_dir(conf_dir: Path, overrides: list[str], multirun: bool) -> None:
@@ -74,6 +79,11 @@ def check_output_dir(conf_dir: Path, overrides: list[str], multirun: bool) -> No
     from hydra import compose, initialize_config_dir
 
     placement = [o for o in overrides if o.startswith(("hydra.run.", "hydra.sweep."))]
+    for o in placement:
+        key, _, value = o.partition("=")
+        if key in ("hydra.run.dir", "hydra.sweep.dir") and value.strip() in ("", ".", "./"):
+            raise ConfigError(f"{key}={value!r} would write the run's checkpoint and .hydra/ into the current folder; "
+                              f"name a folder of its own, e.g. {key}=outputs/my_run")
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
             hydra_cfg = compose("config", overrides=placement, return_hydra_config=True).hydra

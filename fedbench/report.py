@@ -29,6 +29,9 @@ Examples:
 """
 
 
+BEST_BY = ("final_accuracy", "best_accuracy", "final_loss")
+
+
 class Format(str, Enum):
     markdown = "markdown"
     csv = "csv"
@@ -41,24 +44,46 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
     from fedbench.errors import ConfigError
     from fedbench.tracking.store import resolve_tracking_uri
 
-    client = MlflowClient(resolve_tracking_uri(uri))
-    exp = client.get_experiment_by_name(experiment)
+    from fedbench.tracking.store import one_line
+
+    store = resolve_tracking_uri(uri)
+    try:
+        client = MlflowClient(store)
+        exp = client.get_experiment_by_name(experiment)
+        names = [e.name for e in client.search_experiments()] if exp is None else []
+    except Exception as exc:  # not an MLflow store, unreachable server
+        raise ConfigError(f"cannot read the MLflow store {store}: {one_line(exc)}") from None
     if exp is None:
-        names = [e.name for e in client.search_experiments()]
         raise ConfigError(f"no MLflow experiment {experiment!r}. Available: {', '.join(names) or '(none)'}")
     query = " and ".join(f for f in ("attributes.status = 'FINISHED'", filter_string) if f)
+    try:
+        runs = client.search_runs([exp.experiment_id], filter_string=query, max_results=50000)
+    except Exception as exc:
+        raise ConfigError(f"--filter {filter_string!r} is not a valid MLflow search filter: {one_line(exc)} "
+                          "(e.g. \"tags.sweep_dir LIKE '%04-10%'\" or \"params.eta_l = '0.1'\")") from None
     rows = []
-    for run in client.search_runs([exp.experiment_id], filter_string=query, max_results=50000):
+    for run in runs:
         accs = [m.value for m in client.get_metric_history(run.info.run_id, "test_accuracy")]
         rows.append({
             **{f"param:{k}": v for k, v in run.data.params.items()},
             **{f"tag:{k}": v for k, v in run.data.tags.items()},
             "run_id": run.info.run_id,
+            "start_time": run.info.start_time,
             "final_accuracy": run.data.metrics.get("test_accuracy"),
             "best_accuracy": max(accs, default=None),
             "final_loss": run.data.metrics.get("test_loss"),
         })
-    return pd.DataFrame(rows)
+    return one_run_per_config(pd.DataFrame(rows))
+
+
+def one_run_per_config(frame: pd.DataFrame) -> pd.DataFrame:
+    """A configuration (seed included) that FINISHED more than once, e.g. re-run with
+    tracking.skip_finished=false, counts once: its newest run."""
+    if frame.empty or "tag:config_hash" not in frame:
+        return frame
+    newest = frame.sort_values("start_time", ascending=False)
+    unique = newest[newest["tag:config_hash"].isna() | ~newest.duplicated("tag:config_hash")]
+    return unique.sort_values("start_time").reset_index(drop=True)
 
 
 def rounds_to(frame: pd.DataFrame, target: float) -> pd.Series:
@@ -148,15 +173,23 @@ def report(
     uri: Annotated[str | None, typer.Option(help="Tracking URI (default: the local store, or MLFLOW_TRACKING_URI).")] = None,
 ) -> None:
     """Tables from MLflow runs: algorithm x setting, accuracy, rounds to target, mean ± std over seeds."""
-    from fedbench.errors import ConfigError
+    from fedbench.errors import ConfigError, check_output_file, unknown_choice
 
     if best_by and best_by.startswith("rounds_to_") and target is None:
-        target = float(best_by.removeprefix("rounds_to_"))
+        try:
+            target = float(best_by.removeprefix("rounds_to_"))
+        except ValueError:
+            raise ConfigError(f"--best-by {best_by!r}: rounds_to_<t> needs a target accuracy t, e.g. rounds_to_0.8") from None
+    if best_by and best_by not in BEST_BY and (target is None or best_by != f"rounds_to_{target:g}"):
+        raise unknown_choice("--best-by", best_by, (*BEST_BY, "rounds_to_<t>"))
+    if output is not None:
+        check_output_file(output, "--output")
     frame = load_runs(uri, experiment, filter_string)
     if frame.empty:
         raise ConfigError(f"no FINISHED runs in experiment {experiment!r}" + (f" matching {filter_string!r}" if filter_string else ""))
-    if best_by and best_by not in ("final_accuracy", "best_accuracy", "final_loss") and best_by != f"rounds_to_{target:g}":
-        raise ConfigError(f"--best-by {best_by!r}: use final_accuracy, best_accuracy, final_loss or rounds_to_<t>")
+    algorithms = sorted(frame["param:algorithm.name"].dropna().unique())
+    if baseline is not None and baseline not in algorithms:
+        raise unknown_choice("--baseline (an algorithm of these runs)", baseline, algorithms)
     table = build_table(frame, setting, target, baseline, best_by)
     text = table.to_csv(index=False) if fmt is Format.csv else to_markdown(table) + "\n"
     if output is None:

@@ -17,6 +17,7 @@ from fedbench.engine.build import build_federation
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.engine.loop import initial_state, run
 from fedbench.errors import DivergenceError, FedbenchError
+from fedbench.tracking.store import StoreError
 from fedbench.tracking.targets import format_rounds
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -78,6 +79,12 @@ def run_job(
         if meta["config_hash"] != digest:
             raise FedbenchError(f"{checkpoint} was written by a different config; refusing to resume")
         resumed_run_id = meta["run_id"]
+        done = recorder.finished_run(resumed_run_id) if state.round >= fed.rounds else None
+        if done is not None:  # nothing left to train or record: never log targets or artifacts twice
+            if not quiet:
+                print(f"fedbench: MLflow run {resumed_run_id} already FINISHED all {fed.rounds} rounds; "
+                      "nothing to resume", file=sys.stderr)
+            return recorder.summary_of(done)
         if not quiet:
             print(f"fedbench: resuming MLflow run {resumed_run_id} from round {state.round} ({checkpoint})",
                   file=sys.stderr)
@@ -125,6 +132,7 @@ def run_job(
     try:
         with GracefulInterrupt(quiet) as stop:
             state = run(fed, state, on_round)
+        recorder.flush()  # the checkpoint never claims rounds the record lacks
         save_checkpoint(checkpoint, state, run_id, digest)
     except DivergenceError as exc:
         recorder.fail(exc.round, exc.reason)
@@ -132,6 +140,11 @@ def run_job(
     except KeyboardInterrupt:
         recorder.fail(state.round, f"interrupted (Ctrl-C); continue with: fedbench resume {run_dir}", status="KILLED")
         raise
+    except StoreError as exc:  # the record cannot be written: the periodic checkpoint matches what it holds
+        marked = recorder.fail(state.round, str(exc), quiet=True)
+        raise StoreError(f"{exc}; the run stopped at round {state.round}"
+                         f"{'' if marked else ' (its MLflow run could not be marked FAILED and stays RUNNING)'}; "
+                         f"continue from the last checkpoint with: fedbench resume {run_dir}") from None
     except OSError as exc:  # disk full, unwritable folder: the run record says why, no half file is left
         recorder.fail(state.round, f"{exc.__class__.__name__}: {exc}")
         raise FedbenchError(f"I/O error at round {state.round}: {exc}; the last complete checkpoint is kept "

@@ -23,16 +23,14 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # One process creates the SQLite schema and the experiment, so that parallel jobs
         # do not race on MLflow's database migrations.
-        from mlflow.tracking import MlflowClient
-
         from fedbench.runner import quiet_libraries
-        from fedbench.tracking.store import ensure_experiment, probe_server, resolve_tracking_uri
+        from fedbench.tracking.store import open_store, probe_server, resolve_tracking_uri
 
         quiet_libraries()
         FAILURES.clear()
         uri = resolve_tracking_uri(config.tracking.get("uri"))
         probe_server(uri)
-        ensure_experiment(MlflowClient(uri), config.tracking.experiment, uri)
+        open_store(uri, config.tracking.experiment)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         FAILURES.extend(collect_failures(Path(config.hydra.sweep.dir)))

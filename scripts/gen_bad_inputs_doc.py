@@ -22,20 +22,66 @@ every job is checked before the first one runs.
 """
 
 
-def render(rows: list[tuple[str, str]]) -> str:
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", " ")
+COMMANDS_HEADER = """
+## Other commands, and bad data files
 
-    lines = [f"| {i} | `{cell(line)}` | {cell(msg)} |" for i, (line, msg) in enumerate(rows, 1)]
-    return HEADER + "\n".join(lines) + "\n"
+Each command line below (`fedbench <line>`) stops with exit code 2 and its message as one `error:`
+line. `<tmp>` is a folder the test fills with small files in the original formats (IDX files, an
+MLflow store, a file that is not a database).
+
+| # | command | message |
+|---|---|---|
+"""
+
+
+FAULTS = """
+## Faults while a run is recorded
+
+Each is reproduced by the test named (tests/test_reliability.py unless said otherwise).
+
+| fault | what happens | test |
+|---|---|---|
+| 8 runs started at once on a fresh SQLite store (a shell loop, a scheduler) | the first use of the store (MLflow's schema migrations) happens under a file lock beside the database: all 8 recorded, the store stays usable | `test_eight_runs_started_at_once_on_a_fresh_store_all_land_in_folders_of_their_own` |
+| a 16-job joblib sweep with 4 workers on a fresh store | all 16 recorded with their full histories | `test_sixteen_job_joblib_sweep_with_four_workers_on_a_fresh_store` |
+| runs started in the same second | `hydra.run.dir` ends in the process id: a folder, checkpoint and overrides.yaml per run | `test_eight_runs_started_at_once_...` |
+| the disk under the MLflow store fills up mid-run | `error: the MLflow store sqlite:///... failed: OperationalError: ... database or disk is full; the run stopped at round r; continue from the last checkpoint with: fedbench resume <run folder>`, exit 1; the run is marked FAILED where the store still takes that, else the line adds `(its MLflow run could not be marked FAILED and stays RUNNING)`; the checkpoint never claims a round the record lacks | `test_a_full_disk_under_the_store_ends_the_run_with_one_line_and_a_usable_checkpoint` |
+| the tracking server dies mid-run | the same line once MLflow's client gives up its retries | `test_a_tracking_server_that_dies_mid_run_ends_it_with_one_line` |
+| `fedbench resume` of a FINISHED run | `fedbench: MLflow run ... already FINISHED all R rounds; nothing to resume`: nothing is logged or uploaded again | `test_resuming_a_finished_run_logs_nothing_again` |
+| a successful resume of a FAILED run | `failure_round` and `failure_reason` are removed | `test_a_full_disk_...` |
+| SIGKILL during a checkpoint write | the orphan `.ckpt-*.tmp` is removed by the next checkpoint write or resume; checkpoints follow the umask (not 0600) | `test_an_orphan_temporary_checkpoint_is_removed_and_checkpoints_follow_the_umask` |
+| an input refused after Hydra made the run folder (missing data files) | the folder is removed, unless it holds files of the user's | `test_a_run_refused_after_hydra_starts_leaves_no_folder` |
+| `data.root=D` where `D/fmnist` lacks a file | `fedbench: fmnist: D/fmnist lacks t10k-labels-idx1-ubyte[.gz]; reading /usr/share/datasets/fashion-mnist instead` | `test_a_partial_data_folder_is_named_before_falling_back` |
+| a configuration that FINISHED twice (re-run with `tracking.skip_finished=false`) | `fedbench report` counts it once (its newest run) | `test_report_counts_a_configuration_that_finished_twice_as_one_seed` |
+"""
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _rows(rows: list[tuple[str, str]], start: int = 1) -> list[str]:
+    return [f"| {i} | `{_cell(line)}` | {_cell(msg)} |" for i, (line, msg) in enumerate(rows, start)]
+
+
+def render(rows: list[tuple[str, str]], commands: list[tuple[str, str]] = ()) -> str:
+    text = HEADER + "\n".join(_rows(rows)) + "\n"
+    if commands:
+        text += COMMANDS_HEADER + "\n".join(_rows([(c.replace("{tmp}", "<tmp>"), m) for c, m in commands])) + "\n"
+        text += FAULTS
+    return text
 
 
 def main() -> None:
-    sys.path.insert(0, str(ROOT))
-    from tests.bad_inputs import CASES, diagnose
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # tests/ modules import conftest as pytest does
+    import tempfile
 
-    (ROOT / "docs" / "bad_inputs.md").write_text(render([(line, diagnose(line)) for line, _ in CASES]))
-    print(f"wrote docs/bad_inputs.md ({len(CASES)} inputs)")
+    from tests.bad_inputs import CASES, COMMAND_CASES, diagnose, diagnose_command, make_fixtures
+
+    with tempfile.TemporaryDirectory() as tmp:
+        make_fixtures(Path(tmp))
+        commands = [(line, diagnose_command(line, Path(tmp))) for line, _ in COMMAND_CASES]
+    (ROOT / "docs" / "bad_inputs.md").write_text(render([(line, diagnose(line)) for line, _ in CASES], commands))
+    print(f"wrote docs/bad_inputs.md ({len(CASES) + len(COMMAND_CASES)} inputs)")
 
 
 if __name__ == "__main__":

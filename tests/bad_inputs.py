@@ -4,6 +4,7 @@ renders them, with the full messages, into docs/bad_inputs.md."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 CONF = Path(__file__).resolve().parent.parent / "fedbench" / "conf"
@@ -50,8 +51,9 @@ CASES: list[tuple[str, str]] = [
     ("eta_g=0", "eta_g must be a finite number > 0, got 0"),
     ("eta_l_decay=0", "eta_l_decay must be a finite number > 0, got 0"),
     # partitions
-    ("partition.alpha=0", "partition.alpha must be > 0, got 0"),
-    ("partition.alpha=-1", "partition.alpha must be > 0, got -1"),
+    ("partition.alpha=0", "partition.alpha must be a finite number > 0"),
+    ("partition.alpha=-1", "partition.alpha must be a finite number > 0"),
+    ("partition.alpha=inf", "partition.alpha must be a finite number > 0 (large alpha approaches an IID split"),
     ("partition.min_size=100", "partition.min_size=100 x 20 clients exceeds 1437 samples"),
     ("partition=shards partition.shards_per_client=0", "partition.shards_per_client must be >= 1, got 0"),
     ("partition=shards partition.shards_per_client=100", "shards: 20 clients x 100 shards exceeds 1437 samples"),
@@ -71,6 +73,13 @@ CASES: list[tuple[str, str]] = [
     ("dataset=mnist data.root=/nonexistent/fedbench-data", "mnist not found: place train-images-idx3-ubyte[.gz]"),
     ("dataset=fmnist data.root=/nonexistent/fedbench-data hydra.run.dir=/etc/hostname/run",
      "cannot create the output folder /etc/hostname/run: /etc/hostname is a file"),
+    # values that used to end in a traceback or be accepted silently (issue 21)
+    ("seed=99999999999999999999", "seed must be an integer in [0, 2**63 - 1], got 99999999999999999999"),
+    ("engine.threads=-1", "engine.threads must be an integer >= 0, got -1"),
+    ("engine.client_state_device=tpu", "engine.client_state_device must be auto (= engine.device), cpu, cuda[:k] or mps"),
+    ("rounds=${oops}", "cannot resolve the config: Interpolation key 'oops' not found"),
+    ("tracking.experiment=", "tracking.experiment must name an MLflow experiment, got ''"),
+    ("hydra.run.dir=", "hydra.run.dir='' would write the run's checkpoint and .hydra/ into the current folder"),
     # sweeps: a bad value in any job stops the grid before the first job
     ("-m eta_l=0.1,0.05,-1", "eta_l must be a finite number > 0, got -1"),
     ("-m algorithm=fedavg,fedsdg", "Did you mean 'fedsgd'?"),
@@ -95,3 +104,76 @@ def diagnose(line: str) -> str:
     except FedbenchError as exc:
         return str(exc)
     return ""
+
+
+# Other commands, and inputs that need files: full command lines of the real CLI, run in-process.
+# {tmp} is a folder that make_fixtures fills (shown as <tmp> in docs/bad_inputs.md); `run` lines are
+# diagnosed as above (preflight, then building the data), the others by calling the command.
+COMMAND_CASES: list[tuple[str, str]] = [
+    ("run dataset=fmnist data.root={tmp}/labels_out_of_range", "labels range over 0..12; fmnist has the 10 classes 0..9"),
+    ("run dataset=fmnist data.root={tmp}/images_14x56", "the IDX header says images of 14x56 pixels; fmnist images are 28x28"),
+    ("report --best-by accuracy", "Unknown --best-by 'accuracy'. Available: best_accuracy, final_accuracy, final_loss, rounds_to_<t>."),
+    ("report --uri sqlite:///{tmp}/store.db --filter 'tags.foo =='", "--filter 'tags.foo ==' is not a valid MLflow search filter"),
+    ("report --output /nonexistent/x.md", "--output /nonexistent/x.md: the folder /nonexistent does not exist"),
+    ("report --uri sqlite:///{tmp}/garbage.db", "cannot read the MLflow store sqlite:///<tmp>/garbage.db"),
+    ("report --uri sqlite:///{tmp}/store.db --target 0.5 --baseline fedavgg", "Did you mean 'fedavg'?"),
+    ("data show --out /nonexistent/x.png", "--out /nonexistent/x.png: the folder /nonexistent does not exist"),
+    ("data show --rows -5", "--rows must be >= 0 (0 lists every client), got -5"),
+    ("attack dlg --algorithms ''", "--algorithms names no algorithm (got '')"),
+    ("attack dlg --attack-lr nan", "--attack-lr must be a finite number > 0, got nan"),
+]
+
+
+def make_fixtures(tmp: Path) -> None:
+    """The files COMMAND_CASES refer to: small IDX files in the original format, an MLflow store
+    with one finished run, a file that is not a database."""
+    import numpy as np
+    from mlflow.tracking import MlflowClient
+
+    from tests.test_data import write_idx, write_mnist_like
+
+    for name, change in (("labels_out_of_range", "labels"), ("images_14x56", "images")):
+        folder = tmp / name / "fmnist"
+        write_mnist_like(folder)
+        if change == "labels":
+            write_idx(folder / "train-labels-idx1-ubyte", np.arange(50, dtype=np.uint8) % 13, False)
+        else:
+            write_idx(folder / "train-images-idx3-ubyte", np.zeros((50, 14, 56), np.uint8), False)
+    (tmp / "garbage.db").write_bytes(bytes(range(256)) * 64)
+    uri = f"sqlite:///{tmp}/store.db"
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("fedbench"))
+    for key, value in (("algorithm.name", "fedavg"), ("seed", "0"), ("rounds", "3"), ("dataset.name", "digits"),
+                       ("partition.name", "iid")):
+        client.log_param(run.info.run_id, key, value)
+    client.set_tag(run.info.run_id, "rounds_to_0.5", "2")
+    client.log_metric(run.info.run_id, "test_accuracy", 0.6, step=3)
+    client.set_terminated(run.info.run_id)
+
+
+def diagnose_command(line: str, tmp: Path) -> str:
+    """The one-line message of a COMMAND_CASES line ('' when it has none), with tmp shown as <tmp>."""
+    import contextlib
+    import io
+    import shlex
+
+    import click
+
+    from fedbench.cli import app
+    from fedbench.errors import FedbenchError
+
+    args = shlex.split(line.replace("{tmp}", str(tmp)))
+    if args[0] == "run":
+        return diagnose(" ".join(args[1:])).replace(str(tmp), "<tmp>")
+    message, cwd = "", os.getcwd()
+    os.chdir(tmp)  # whatever a command writes by default lands in tmp
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            app(args, standalone_mode=False, prog_name="fedbench")
+    except FedbenchError as exc:
+        message = str(exc)
+    except click.ClickException as exc:
+        message = exc.format_message()
+    finally:
+        os.chdir(cwd)
+    return message.replace(str(tmp), "<tmp>")

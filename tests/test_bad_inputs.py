@@ -8,7 +8,7 @@ import importlib.util
 
 import pytest
 
-from tests.bad_inputs import CASES, CONF, diagnose
+from tests.bad_inputs import CASES, COMMAND_CASES, CONF, diagnose, diagnose_command, make_fixtures
 from tests.faultkit import ROOT, error_lines, fedbench, runs
 
 
@@ -22,12 +22,30 @@ def test_bad_input_gives_its_message(line, needle):
     assert needle in message(line)
 
 
-def test_table_is_large_and_the_doc_is_current():
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bad-inputs")
+    make_fixtures(tmp)
+    return tmp
+
+
+@pytest.fixture(scope="module")
+def command_messages(fixtures):
+    return {line: diagnose_command(line, fixtures) for line, _ in COMMAND_CASES}
+
+
+@pytest.mark.parametrize("line,needle", COMMAND_CASES, ids=[c[0] for c in COMMAND_CASES])
+def test_bad_command_gives_its_message(command_messages, line, needle):
+    assert needle in command_messages[line] and "\n" not in command_messages[line]
+
+
+def test_table_is_large_and_the_doc_is_current(command_messages):
     assert len(CASES) >= 30 and len({c[0] for c in CASES}) == len(CASES)
     spec = importlib.util.spec_from_file_location("gen", ROOT / "scripts" / "gen_bad_inputs_doc.py")
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
-    expected = gen.render([(line, message(line)) for line, _ in CASES])
+    expected = gen.render([(line, message(line)) for line, _ in CASES],
+                          [(line, command_messages[line]) for line, _ in COMMAND_CASES])
     assert (ROOT / "docs" / "bad_inputs.md").read_text() == expected, "run python scripts/gen_bad_inputs_doc.py"
 
 
@@ -36,7 +54,8 @@ def test_a_good_config_passes():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("line", ["eta_l=-0.1", "-m algorithm=fedavg,fedsdg"])
+@pytest.mark.parametrize("line", ["eta_l=-0.1", "-m algorithm=fedavg,fedsdg", "seed=99999999999999999999",
+                                  "rounds=${oops}"])
 def test_command_line_exits_2_with_one_error_line(tmp_path, line):
     db = tmp_path / "m.db"
     args = ["--multirun" if a == "-m" else a for a in line.split()]

@@ -58,7 +58,7 @@ def test_run_records_params_metrics_and_rounds_to_target(tmp_path):
 @pytest.mark.parametrize("override,needle", [
     ("algorithm=fedavgg", "Did you mean 'fedavg'"),
     ("clients_per_round=50", "clients_per_round=50 exceeds num_clients=20"),
-    ("partition.alpha=0", "partition.alpha must be > 0"),
+    ("partition.alpha=0", "partition.alpha must be a finite number > 0"),
     ("eta_l=-1", "eta_l must be a finite number > 0"),
     ("dataset=mnist", "mnist not found"),
     ("targets=[1.5]", "targets must lie in (0, 1]"),

@@ -51,7 +51,13 @@ def dlg(
     from fedbench.preflight import preflight
     from fedbench.runner import quiet_libraries
 
+    import math
+
     names = [a.strip() for a in algorithms.split(",") if a.strip()]
+    if not names:
+        raise ConfigError(f"--algorithms names no algorithm (got {algorithms!r}); e.g. --algorithms fedsgd,fedavg")
+    if not (math.isfinite(attack_lr) and attack_lr > 0):
+        raise ConfigError(f"--attack-lr must be a finite number > 0, got {attack_lr}")
     if optimizer not in ("gd", "lbfgs"):
         raise ConfigError(f"Unknown optimizer {optimizer!r}. Available: gd, lbfgs.")
     if init not in ("normal", "zeros"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -47,10 +48,16 @@ def _idx_dataset(
     std: float | None, binary: bool = False,
 ) -> Dataset:
     def locate() -> dict[str, Path] | None:
+        partial = []
         for folder in folders:
             files = {k: find_idx_file(folder, stem) for k, stem in _IDX_STEMS.items()}
             if all(files.values()):
+                for other, missing in partial:  # never fall back silently past the user's own files
+                    print(f"fedbench: {name}: {other} lacks {', '.join(missing)}; reading {folder} instead",
+                          file=sys.stderr)
                 return files  # type: ignore[return-value]
+            if any(files.values()):
+                partial.append((folder, [f"{_IDX_STEMS[k]}[.gz]" for k, f in files.items() if f is None]))
         return None
 
     files = locate()
@@ -74,6 +81,14 @@ def _idx_dataset(
     y_train, y_test = read_idx(files["train_y"]).long(), read_idx(files["test_y"]).long()
     if len(x_train) != len(y_train) or len(x_test) != len(y_test):
         raise DataUnavailableError(f"{name}: image and label files disagree in length ({folders[0]})")
+    for key, x in (("train_x", x_train), ("test_x", x_test)):
+        if tuple(x.shape[1:]) != (1, 28, 28):
+            raise DataUnavailableError(f"{files[key]}: the IDX header says images of {'x'.join(map(str, x.shape[2:] or x.shape[1:]))} "
+                                       f"pixels; {name} images are 28x28")
+    for key, y in (("train_y", y_train), ("test_y", y_test)):
+        if len(y) and (int(y.min()) < 0 or int(y.max()) >= 10):
+            raise DataUnavailableError(f"{files[key]}: labels range over {int(y.min())}..{int(y.max())}; "
+                                       f"{name} has the 10 classes 0..9")
     if binary:  # LoSAC's DLG task (losac.md §4.1): label <= 5 -> 0, else 1
         return Dataset(x_train, (y_train > 5).float(), x_test, (y_test > 5).float(), num_classes=1, task="binary", name=name)
     return Dataset(x_train, y_train, x_test, y_test, num_classes=10, name=name)

@@ -16,6 +16,21 @@ from fedbench.engine.loop import RunState
 from fedbench.errors import FedbenchError
 
 
+TMP_PREFIX = ".ckpt-"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def remove_orphans(folder: Path) -> None:
+    """Temporary files of checkpoint writes that were killed (SIGKILL, power loss) half-way."""
+    for orphan in folder.glob(f"{TMP_PREFIX}*.tmp"):
+        orphan.unlink(missing_ok=True)
+
+
 def save_checkpoint(path: Path, state: RunState, run_id: str | None, config_hash: str) -> None:
     payload = {
         "round": state.round,
@@ -29,8 +44,10 @@ def save_checkpoint(path: Path, state: RunState, run_id: str | None, config_hash
         "config_hash": config_hash,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".ckpt-", suffix=".tmp")
+    remove_orphans(path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX, suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide the checkpoint from the user's group
         with os.fdopen(fd, "wb") as f:
             torch.save(payload, f)
             f.flush()
@@ -43,6 +60,7 @@ def save_checkpoint(path: Path, state: RunState, run_id: str | None, config_hash
 
 def load_checkpoint(path: Path, state: RunState, device: torch.device) -> dict:
     """Fill `state` from the checkpoint at `path`; returns the payload's metadata."""
+    remove_orphans(path.parent)
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated or foreign file

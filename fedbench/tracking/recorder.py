@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fedbench.errors import FedbenchError
 from fedbench.tracking.plots import plot_curves
-from fedbench.tracking.store import ensure_experiment, probe_server, resolve_tracking_uri
+from fedbench.tracking.store import StoreError, one_line, open_store, probe_server, resolve_tracking_uri
 from fedbench.tracking.targets import format_rounds, rounds_to_target, target_key
 
 
@@ -33,6 +33,10 @@ def flatten_config(cfg: DictConfig) -> dict[str, str]:
     return out
 
 
+def tags_of(run) -> dict[str, str]:
+    return dict(run.data.tags)
+
+
 def git_commit() -> str:
     try:
         return subprocess.run(
@@ -43,18 +47,30 @@ def git_commit() -> str:
         return "unknown"
 
 
+def store_call(method):
+    """A Recorder method whose store failure (full disk under SQLite, a dead server) becomes one
+    StoreError line instead of a traceback of sqlalchemy or HTTP internals."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except FedbenchError:
+            raise
+        except Exception as exc:
+            raise StoreError(f"the MLflow store {self.uri} failed: {one_line(exc)}") from exc
+
+    return wrapper
+
+
 class Recorder:
     """Buffers per-round metrics and writes them in batches (one MLflow call per flush)."""
 
     def __init__(self, cfg: DictConfig, flush_seconds: float = 5.0):
-        from mlflow.tracking import MlflowClient
-
         self.cfg = cfg
         self.uri = resolve_tracking_uri(cfg.tracking.get("uri"))
-        try:
-            self.client = MlflowClient(self.uri)
-        except Exception as exc:
-            raise FedbenchError(f"cannot use the MLflow tracking store {self.uri}: {exc}") from None
+        self.client = None
         self.flush_seconds = flush_seconds
         self._pending: list = []
         self._last_flush = time.monotonic()
@@ -64,15 +80,12 @@ class Recorder:
     def check_reachable(self) -> None:
         """Fail before training when the store cannot be reached (in seconds, not after retries)."""
         probe_server(self.uri)
-        for attempt in range(4):
-            try:
-                self.experiment_id = ensure_experiment(self.client, self.cfg.tracking.experiment, self.uri)
-                return
-            except Exception as exc:
-                # runs started at once on a fresh SQLite store race on its schema migrations
-                if not self.uri.startswith("sqlite:") or attempt == 3 or "OperationalError" not in repr(exc):
-                    raise FedbenchError(f"cannot use the MLflow tracking store {self.uri}: {exc}") from None
-                time.sleep(1 + attempt)
+        try:
+            self.client, self.experiment_id = open_store(self.uri, self.cfg.tracking.experiment)
+        except FedbenchError:
+            raise
+        except Exception as exc:
+            raise FedbenchError(f"cannot use the MLflow tracking store {self.uri}: {one_line(exc)}") from None
 
     def find_previous(self, config_hash: str):
         """The newest run of this experiment with the same config hash, FINISHED ones first; or None."""
@@ -82,6 +95,14 @@ class Recorder:
         )
         finished = [r for r in runs if r.info.status == "FINISHED"]
         return (finished or runs or [None])[0]
+
+    def finished_run(self, run_id: str):
+        """The run if it is in the store and FINISHED, else None."""
+        try:
+            run = self.client.get_run(run_id)
+        except Exception:
+            return None
+        return run if run.info.status == "FINISHED" else None
 
     def summary_of(self, run) -> dict[str, Any]:
         """The summary of a finished run, read back from MLflow (for a skipped sweep job)."""
@@ -99,6 +120,7 @@ class Recorder:
             },
         }
 
+    @store_call
     def start(self, tags: dict[str, str], run_id: str | None = None, logged_through: int = 0) -> str:
         from mlflow.entities import Param, RunTag
 
@@ -111,6 +133,9 @@ class Recorder:
                 raise FedbenchError(
                     f"the checkpoint belongs to MLflow run {run_id}, which is not in {self.uri}; "
                     "set tracking.uri to the store the run was recorded in") from None
+            for key in ("failure_round", "failure_reason"):  # the earlier failure is over
+                if key in tags_of(self.client.get_run(run_id)):
+                    self.client.delete_tag(run_id, key)
             # Rounds are flushed before each checkpoint, so the record holds at least the
             # checkpoint's rounds; rounds logged after it are recomputed identically but not re-logged.
             self._skip_through = max([logged_through, *(m.step for m in logged)])
@@ -138,6 +163,7 @@ class Recorder:
         if force or time.monotonic() - self._last_flush > self.flush_seconds:
             self.flush()
 
+    @store_call
     def flush(self) -> None:
         """Write the buffered rounds, whole rounds per batch (a batch is one transaction, so a crash
         never leaves half a round in the record)."""
@@ -152,11 +178,13 @@ class Recorder:
         self._pending = []
         self._last_flush = time.monotonic()
 
+    @store_call
     def set_tags(self, tags: dict[str, str]) -> None:
         from mlflow.entities import RunTag
 
         self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
+    @store_call
     def finish(self, history: list[dict[str, float]], status: str = "FINISHED", artifacts: bool = True) -> dict[str, Any]:
         """Log rounds-to-target and artifacts, end the run; returns the summary."""
         from mlflow.entities import Metric
@@ -185,11 +213,11 @@ class Recorder:
         self.client.set_terminated(self.run_id, status=status)
         return summary
 
-    def fail(self, round_: int, reason: str, status: str = "FAILED") -> None:
+    def fail(self, round_: int, reason: str, status: str = "FAILED", quiet: bool = False) -> bool:
         """End the run as FAILED or KILLED with its reason; best effort, since the store itself may
-        be what failed (the original error is the one to report)."""
+        be what failed (the original error is the one to report). Returns whether it was marked."""
         if self.run_id is None:
-            return
+            return False
         try:
             self.flush()
         except Exception:
@@ -197,5 +225,8 @@ class Recorder:
         try:
             self.set_tags({"failure_round": str(round_), "failure_reason": reason[:5000]})
             self.client.set_terminated(self.run_id, status=status)
+            return True
         except Exception as exc:
-            print(f"fedbench: could not mark MLflow run {self.run_id} {status}: {exc}", file=sys.stderr)
+            if not quiet:
+                print(f"fedbench: could not mark MLflow run {self.run_id} {status}: {one_line(exc)}", file=sys.stderr)
+            return False
