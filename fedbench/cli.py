@@ -139,6 +139,15 @@ def hydra_main(argv: list[str]) -> int:
     from fedbench import sweep
     from fedbench.preflight import preflight
 
+    from fedbench.errors import ConfigError
+
+    if not (CONF_DIR / "config.yaml").is_file():
+        origin = "FEDBENCH_CONF" if os.environ.get("FEDBENCH_CONF") else "the installed package"
+        raise ConfigError(f"no config.yaml in the config directory {CONF_DIR} (from {origin}); point FEDBENCH_CONF "
+                          "at a copy of fedbench/conf, or unset it to use the packaged configs")
+    for flag, value in zip(argv, argv[1:]):
+        if flag in ("--config-dir", "-cd") and not Path(value).is_dir():
+            raise ConfigError(f"{flag} {value}: no such folder (it adds config groups, e.g. my_conf/algorithm/x.yaml)")
     if not any(a in ("--help", "-h", "--hydra-help", "--info", "-i") for a in argv):
         preflight(CONF_DIR, argv)
     decorated = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)(_hydra_task)

@@ -12,9 +12,17 @@ GROUPS = ("dataset", "partition", "model", "algorithm", "engine", "tracking", "e
 MAX_JOBS_CHECKED = 2000
 
 
-def group_choices(conf_dir: Path, group: str) -> list[str]:
-    base = conf_dir / group
-    return sorted(str(p.relative_to(base).with_suffix("")) for p in base.rglob("*.yaml"))
+def group_choices(conf_dir: Path, group: str, extra_dirs: tuple[Path, ...] = ()) -> list[str]:
+    """The options of a config group: its files under the config directory and any --config-dir."""
+    names = set()
+    for base in (conf_dir / group, *(d / group for d in extra_dirs)):
+        names.update(str(p.relative_to(base).with_suffix("")) for p in base.rglob("*.yaml"))
+    return sorted(names)
+
+
+def extra_config_dirs(argv: list[str]) -> tuple[Path, ...]:
+    """Hydra's --config-dir/-cd folders: more config groups, searched with the packaged ones."""
+    return tuple(Path(v).absolute() for f, v in zip(argv, argv[1:]) if f in ("--config-dir", "-cd"))
 
 
 def expand_jobs(overrides: list[str]) -> list[list[str]]:
@@ -42,6 +50,8 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
     from fedbench.config import validate
 
     overrides = hydra_overrides(argv)
+    extra = extra_config_dirs(argv)
+    search = [f"hydra.searchpath=[{','.join(d.as_uri() for d in extra)}]"] if extra else []
     check_output_dir(conf_dir, overrides, multirun="--multirun" in argv or "-m" in argv)
     if any("hydra/sweeper=" in a or a.startswith("hydra.sweeper") for a in overrides):
         overrides = [a for a in overrides if not a.startswith("hydra")]  # a search: check the base config
@@ -55,12 +65,12 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
         for item in job:
             key, _, value = item.lstrip("+~").partition("=")
             if key in GROUPS and value not in ("null", ""):
-                choices = group_choices(conf_dir, key)
+                choices = group_choices(conf_dir, key, extra)
                 if value not in choices:
                     raise unknown_choice(key, value, choices)
         try:
             with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
-                cfg = compose("config", overrides=job)
+                cfg = compose("config", overrides=[*job, *search])
         except MissingConfigException as exc:
             raise ConfigError(str(exc).splitlines()[0]) from None
         except ConfigCompositionException as exc:

@@ -1,0 +1,1 @@
+"""Privacy evaluations of what algorithms transmit (gradient leakage)."""

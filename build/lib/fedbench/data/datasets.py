@@ -1,0 +1,161 @@
+"""Data set loaders, registered by name. Each returns a `Dataset` of in-memory tensors."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedbench.data.base import Dataset, standardize_images
+from fedbench.data.checksums import verify as verify_checksums
+from fedbench.data.idx import find_idx_file, read_idx
+from fedbench.errors import DataUnavailableError
+from fedbench.registry import Registry
+
+DATASETS: Registry = Registry("dataset")
+
+DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+
+_IDX_STEMS = {
+    "train_x": "train-images-idx3-ubyte",
+    "train_y": "train-labels-idx1-ubyte",
+    "test_x": "t10k-images-idx3-ubyte",
+    "test_y": "t10k-labels-idx1-ubyte",
+}
+
+
+@DATASETS.register("digits", "scikit-learn's bundled 8x8 handwritten digits (1,797 images, offline)")
+def digits(root: str = "data", download: bool = False, test_fraction: float = 0.2) -> Dataset:
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = load_digits()
+    x = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(bunch.target, dtype=torch.int64)
+    # No official split exists: a fixed stratified 80/20 split, the same for every run.
+    train, test = train_test_split(
+        np.arange(len(y)), test_size=test_fraction, random_state=0, stratify=bunch.target
+    )
+    train, test = torch.from_numpy(train), torch.from_numpy(test)
+    return Dataset(x[train], y[train], x[test], y[test], num_classes=10, name="digits")
+
+
+def _idx_dataset(
+    name: str, folders: list[Path], torchvision_cls: str, root: str, download: bool, mean: float | None,
+    std: float | None, binary: bool = False,
+) -> Dataset:
+    def locate() -> dict[str, Path] | None:
+        partial = []
+        for folder in folders:
+            files = {k: find_idx_file(folder, stem) for k, stem in _IDX_STEMS.items()}
+            if all(files.values()):
+                for other, missing in partial:  # never fall back silently past the user's own files
+                    print(f"fedbench: {name}: {other} lacks {', '.join(missing)}; reading {folder} instead",
+                          file=sys.stderr)
+                return files  # type: ignore[return-value]
+            if any(files.values()):
+                partial.append((folder, [f"{_IDX_STEMS[k]}[.gz]" for k, f in files.items() if f is None]))
+        return None
+
+    files = locate()
+    if files is None and download:
+        import torchvision.datasets
+
+        try:
+            getattr(torchvision.datasets, torchvision_cls)(root, train=True, download=True)
+            getattr(torchvision.datasets, torchvision_cls)(root, train=False, download=True)
+        except Exception as exc:  # network errors come in many types
+            raise DataUnavailableError(
+                f"could not download {name} ({exc.__class__.__name__}: {exc}). "
+                + _missing_hint(name, folders)
+            ) from None
+        files = locate()
+    if files is None:
+        raise DataUnavailableError(_missing_hint(name, folders) + " (or set data.download=true)")
+    verify_checksums(files.values(), torchvision_cls)
+    x_train = standardize_images(read_idx(files["train_x"]), mean, std)
+    x_test = standardize_images(read_idx(files["test_x"]), mean, std)
+    y_train, y_test = read_idx(files["train_y"]).long(), read_idx(files["test_y"]).long()
+    if len(x_train) != len(y_train) or len(x_test) != len(y_test):
+        raise DataUnavailableError(f"{name}: image and label files disagree in length ({folders[0]})")
+    for key, x in (("train_x", x_train), ("test_x", x_test)):
+        if tuple(x.shape[1:]) != (1, 28, 28):
+            raise DataUnavailableError(f"{files[key]}: the IDX header says images of {'x'.join(map(str, x.shape[2:] or x.shape[1:]))} "
+                                       f"pixels; {name} images are 28x28")
+    for key, y in (("train_y", y_train), ("test_y", y_test)):
+        if len(y) and (int(y.min()) < 0 or int(y.max()) >= 10):
+            raise DataUnavailableError(f"{files[key]}: labels range over {int(y.min())}..{int(y.max())}; "
+                                       f"{name} has the 10 classes 0..9")
+    if binary:  # LoSAC's DLG task (losac.md §4.1): label <= 5 -> 0, else 1
+        return Dataset(x_train, (y_train > 5).float(), x_test, (y_test > 5).float(), num_classes=1, task="binary", name=name)
+    return Dataset(x_train, y_train, x_test, y_test, num_classes=10, name=name)
+
+
+def _missing_hint(name: str, folders: list[Path]) -> str:
+    stems = ", ".join(f"{s}[.gz]" for s in _IDX_STEMS.values())
+    return f"{name} not found: place {stems} in {folders[0]}"
+
+
+@DATASETS.register("fmnist", "Fashion-MNIST, 28x28 grey, 60,000/10,000 (IDX files; Debian package found)")
+def fmnist(
+    root: str = "data", download: bool = False, mean: float | None = 0.2860, std: float | None = 0.3530, binary: bool = False
+) -> Dataset:
+    """`mean`/`std` null: pixels in [0, 1]; FedADMM normalises FMNIST with MNIST's 0.1307/0.3081."""
+    folders = [Path(root) / "fmnist", Path(root) / "FashionMNIST" / "raw", DEBIAN_FASHION_MNIST]
+    if env := os.environ.get("FEDBENCH_FMNIST_DIR"):
+        folders.insert(0, Path(env))
+    return _idx_dataset("fmnist", folders, "FashionMNIST", root, download, mean, std, binary)
+
+
+@DATASETS.register("mnist", "MNIST, 28x28 grey, 60,000/10,000 (IDX files, torchvision download)")
+def mnist(
+    root: str = "data", download: bool = False, mean: float | None = 0.1307, std: float | None = 0.3081, binary: bool = False
+) -> Dataset:
+    """`mean`/`std` null: pixels in [0, 1] (LoSAC); 0.5/0.5 maps to [-1, 1] (FedSSO). `binary`: label > 5."""
+    folders = [Path(root) / "mnist", Path(root) / "MNIST" / "raw"]
+    return _idx_dataset("mnist", folders, "MNIST", root, download, mean, std, binary)
+
+
+@DATASETS.register("synthetic", "FedProx Synthetic(alpha, beta): 60 features, 10 classes, per-client models")
+def synthetic(
+    root: str = "data",
+    download: bool = False,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    num_users: int = 30,
+    dim: int = 60,
+    num_classes: int = 10,
+    iid: bool = False,
+    seed: int = 0,
+    test_fraction: float = 0.2,
+) -> Dataset:
+    """Li et al. (FedProx, 2020) generator: u_k ~ N(0, alpha), W_k, b_k ~ N(u_k, 1); B_k ~ N(0, beta),
+    v_k ~ N(B_k, 1), x ~ N(v_k, diag(j^-1.2)); y = argmax(W_k x + b_k); n_k ~ lognormal(4, 2) + 50.
+    Each user's samples are split 80/20 into train/test; `train_owner` is the natural partition."""
+    rng = np.random.default_rng(seed)
+    sizes = (rng.lognormal(4, 2, num_users).astype(int) + 50).clip(max=2000)
+    cov = np.diag(np.arange(1, dim + 1, dtype=float) ** -1.2)
+    w_shared = rng.normal(0, 1, (num_classes, dim))
+    b_shared = rng.normal(0, 1, num_classes)
+    xs_tr, ys_tr, own, xs_te, ys_te = [], [], [], [], []
+    for k in range(num_users):
+        u, big_b = rng.normal(0, alpha), rng.normal(0, beta)
+        w, b = (w_shared, b_shared) if iid else (rng.normal(u, 1, (num_classes, dim)), rng.normal(u, 1, num_classes))
+        v = np.zeros(dim) if iid else rng.normal(big_b, 1, dim)
+        x = rng.multivariate_normal(v, cov, sizes[k])
+        y = np.argmax(x @ w.T + b, axis=1)
+        n_test = max(1, int(round(test_fraction * sizes[k])))
+        xs_tr.append(x[n_test:]), ys_tr.append(y[n_test:]), own.append(np.full(sizes[k] - n_test, k))
+        xs_te.append(x[:n_test]), ys_te.append(y[:n_test])
+    return Dataset(
+        torch.tensor(np.concatenate(xs_tr), dtype=torch.float32),
+        torch.tensor(np.concatenate(ys_tr), dtype=torch.int64),
+        torch.tensor(np.concatenate(xs_te), dtype=torch.float32),
+        torch.tensor(np.concatenate(ys_te), dtype=torch.int64),
+        num_classes=num_classes,
+        name="synthetic",
+        train_owner=torch.tensor(np.concatenate(own), dtype=torch.int64),
+    )

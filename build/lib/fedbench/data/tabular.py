@@ -1,0 +1,198 @@
+"""Feature-vector data sets: UCI HAR and ESR (LoSAC), LIBSVM/svmlight files (FedSSO's ijcnn1)."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedbench.data.base import Dataset
+from fedbench.data.datasets import DATASETS
+from fedbench.errors import ConfigError, DataUnavailableError, check
+
+HAR_URL = "https://archive.ics.uci.edu/static/public/240/human+activity+recognition+using+smartphones.zip"
+ESR_URL = "https://archive.ics.uci.edu/static/public/388/epileptic+seizure+recognition.zip"
+LIBSVM_URL = "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets"
+LIBSVM_SETS = {  # name: (train file, test file, path under LIBSVM_URL)
+    "ijcnn1": ("ijcnn1.bz2", "ijcnn1.t.bz2", "binary"),
+}
+
+
+def _download(url: str, folder: Path, name: str, hint: str) -> None:
+    from torchvision.datasets.utils import download_and_extract_archive, download_url
+
+    try:
+        if url.endswith(".zip"):
+            download_and_extract_archive(url, str(folder))
+            for inner in list(folder.glob("*.zip")):  # HAR's archive holds another zip
+                with zipfile.ZipFile(inner) as z:
+                    z.extractall(folder)
+        else:
+            download_url(url, str(folder))
+    except Exception as exc:  # network errors come in many types
+        raise DataUnavailableError(f"could not download {name} ({exc.__class__.__name__}: {exc}). {hint}") from None
+
+
+def _tensors(x_train, y_train, x_test, y_test, binary: bool, num_classes: int, name: str, owner=None) -> Dataset:
+    to_y = (lambda y: torch.tensor(y, dtype=torch.float32)) if binary else (lambda y: torch.tensor(y, dtype=torch.int64))
+    return Dataset(
+        torch.tensor(x_train, dtype=torch.float32), to_y(y_train), torch.tensor(x_test, dtype=torch.float32),
+        to_y(y_test), num_classes=1 if binary else num_classes, task="binary" if binary else "classification",
+        name=name, train_owner=None if owner is None else torch.as_tensor(owner, dtype=torch.int64),
+    )
+
+
+@DATASETS.register("har", "UCI HAR (smartphone activities): 561 features, 6 classes, 7,352/2,947; binary option")
+def har(root: str = "data", download: bool = False, binary: bool = False) -> Dataset:
+    """The official split's txt files; features used as given (already in [-1, 1], losac.md §4.1).
+    `binary`: moving (labels 1-3) -> 0, static (4-6) -> 1 (LoSAC's DLG relabelling).
+    `train_owner` = the 21 training volunteers (partition=natural, num_clients=21)."""
+    folders = [Path(root) / "har" / "UCI HAR Dataset", Path(root) / "UCI HAR Dataset", Path(root) / "har"]
+    hint = (f"har not found: place the 'UCI HAR Dataset' folder (train/X_train.txt, train/y_train.txt, "
+            f"train/subject_train.txt, test/X_test.txt, test/y_test.txt) in {folders[0].parent}")
+    exists = lambda f: (f / "train" / "X_train.txt").is_file() and (f / "test" / "X_test.txt").is_file()  # noqa: E731
+    found = next((f for f in folders if exists(f)), None)
+    if found is None and download:
+        _download(HAR_URL, Path(root) / "har", "har", hint)
+        found = next((f for f in folders if exists(f)), None)
+    if found is None:
+        raise DataUnavailableError(hint + " (or set data.download=true)")
+    x_train, x_test = (np.loadtxt(found / s / f"X_{s}.txt", ndmin=2) for s in ("train", "test"))
+    y_train, y_test = (np.loadtxt(found / s / f"y_{s}.txt", dtype=np.int64, ndmin=1) for s in ("train", "test"))
+    if len(x_train) != len(y_train) or len(x_test) != len(y_test) or x_train.shape[1] != x_test.shape[1]:
+        raise DataUnavailableError(f"har: feature and label files disagree in length in {found}")
+    subject = found / "train" / "subject_train.txt"
+    owner = np.unique(np.loadtxt(subject, dtype=np.int64, ndmin=1), return_inverse=True)[1] if subject.is_file() else None
+    if binary:
+        y_train, y_test = (y_train > 3).astype(np.float32), (y_test > 3).astype(np.float32)
+    else:
+        y_train, y_test = y_train - 1, y_test - 1
+    return _tensors(x_train, y_train, x_test, y_test, binary, 6, "har", owner)
+
+
+@DATASETS.register("esr", "UCI Epileptic Seizure Recognition: 178 features, binary (seizure) or 5 classes, 9,200/2,300")
+def esr(
+    root: str = "data",
+    download: bool = False,
+    binary: bool = True,
+    test_fraction: float = 0.2,
+    split_seed: int = 0,
+    standardize: bool = True,
+) -> Dataset:
+    """losac.md §4.1: binary label = (y == 1) (20% positives); a seeded stratified 80/20 split of
+    the 11,500 rows; each feature z-scored with the training statistics. `binary=false`: labels 0..4."""
+    from sklearn.model_selection import train_test_split
+
+    check(0 < test_fraction < 1, f"dataset.test_fraction must be in (0, 1), got {test_fraction}")
+    names = ("Epileptic Seizure Recognition.csv", "data.csv")
+    folders = [Path(root) / "esr", Path(root)]
+    find = lambda: next((f / n for f in folders for n in names if (f / n).is_file()), None)  # noqa: E731
+    hint = f"esr not found: place 'Epileptic Seizure Recognition.csv' (UCI, 11,500 rows x X1..X178, y) in {folders[0]}"
+    path = find()
+    if path is None and download:
+        _download(ESR_URL, folders[0], "esr", hint)
+        path = find()
+    if path is None:
+        raise DataUnavailableError(hint + " (or set data.download=true)")
+    import pandas as pd
+
+    table = pd.read_csv(path)
+    feats = [c for c in table.columns if c.startswith("X") and c[1:].isdigit()]
+    if "y" not in table.columns or not feats:
+        raise DataUnavailableError(f"{path}: expected columns X1..X178 and y")
+    x = table[feats].to_numpy(dtype=np.float64)
+    y = table["y"].to_numpy(dtype=np.int64)
+    y = (y == 1).astype(np.int64) if binary else y - 1
+    tr, te = train_test_split(np.arange(len(y)), test_size=test_fraction, random_state=split_seed, stratify=y)
+    x_train, x_test = x[tr], x[te]
+    if standardize:
+        mu, sd = x_train.mean(0), x_train.std(0)
+        sd[sd == 0] = 1.0
+        x_train, x_test = (x_train - mu) / sd, (x_test - mu) / sd
+    return _tensors(x_train, y[tr], x_test, y[te], binary, 5, "esr")
+
+
+@DATASETS.register("libsvm", "any LIBSVM/svmlight file (path=...) or a named set (set=ijcnn1); binary or multi-class")
+def libsvm(
+    root: str = "data",
+    download: bool = False,
+    set: str | None = "ijcnn1",  # noqa: A002  (the LIBSVM site's word)
+    path: str | None = None,
+    test_path: str | None = None,
+    test_fraction: float = 0.2,
+    split_seed: int = 0,
+) -> Dataset:
+    """`path` (and `test_path`) override `set`. Two distinct labels make a binary task (the
+    larger -> 1, e.g. ijcnn1's -1/+1 -> 0/1), more make classes 0..K-1 in sorted order. Without a
+    test file a seeded stratified split holds out `test_fraction`."""
+    from sklearn.datasets import load_svmlight_files
+    from sklearn.model_selection import train_test_split
+
+    if path is None:
+        if set not in LIBSVM_SETS:
+            raise ConfigError(f"dataset.set must be one of {', '.join(LIBSVM_SETS)} (or give dataset.path), got {set!r}")
+        train_file, test_file, kind = LIBSVM_SETS[set]
+        folder = Path(root) / "libsvm"
+        locate = lambda f: next((folder / n for n in (f, f.removesuffix(".bz2")) if (folder / n).is_file()), None)  # noqa: E731
+        hint = (f"libsvm set {set!r} not found: place {train_file} and {test_file} (or unpacked) "
+                f"from {LIBSVM_URL}/{kind}/ in {folder}")
+        if (locate(train_file) is None or locate(test_file) is None) and download:
+            for f in (train_file, test_file):
+                _download(f"{LIBSVM_URL}/{kind}/{f}", folder, set, hint)
+        train_path, test_path_ = locate(train_file), locate(test_file)
+        if train_path is None or test_path_ is None:
+            raise DataUnavailableError(hint + " (or set data.download=true)")
+    else:
+        train_path, test_path_ = Path(path), None if test_path is None else Path(test_path)
+        for p in (train_path, test_path_):
+            if p is not None and not p.is_file():
+                raise DataUnavailableError(f"libsvm file not found: {p}")
+    files = [str(train_path)] + ([] if test_path_ is None else [str(test_path_)])
+    try:
+        loaded = load_svmlight_files(files)
+    except ValueError as exc:
+        raise DataUnavailableError(f"{files[0]}: not an svmlight file ({exc})") from None
+    if test_path_ is None:
+        x, y = loaded[0].toarray(), loaded[1]
+        check(0 < test_fraction < 1, f"dataset.test_fraction must be in (0, 1), got {test_fraction}")
+        tr, te = train_test_split(np.arange(len(y)), test_size=test_fraction, random_state=split_seed, stratify=y)
+        x_train, y_train, x_test, y_test = x[tr], y[tr], x[te], y[te]
+    else:
+        x_train, y_train, x_test, y_test = loaded[0].toarray(), loaded[1], loaded[2].toarray(), loaded[3]
+    classes = np.unique(np.concatenate([y_train, y_test]))
+    binary = len(classes) == 2
+    code = {c: i for i, c in enumerate(classes)}
+    y_train, y_test = (np.array([code[v] for v in y]) for y in (y_train, y_test))
+    name = set if path is None else Path(path).name
+    return _tensors(x_train, y_train, x_test, y_test, binary, len(classes), f"libsvm:{name}")
+
+
+@DATASETS.register("make_classification", "scikit-learn make_classification (FedSpeed's CPU proxy: 40 features, 10 classes)")
+def make_classification(
+    root: str = "data",
+    download: bool = False,
+    n_samples: int = 12000,
+    n_test: int = 2000,
+    n_features: int = 40,
+    n_informative: int = 20,
+    n_redundant: int = 5,
+    n_classes: int = 10,
+    n_clusters_per_class: int = 2,
+    class_sep: float = 1.0,
+    flip_y: float = 0.02,
+    seed: int = 0,
+) -> Dataset:
+    """fedspeed.md §7.3 `proxy_synth`: features standardised, rows shuffled, the first `n_test` rows
+    are the test set. Offline (sklearn's generator)."""
+    from sklearn.datasets import make_classification as generate
+
+    check(0 < n_test < n_samples, f"dataset.n_test must be in (0, n_samples={n_samples}), got {n_test}")
+    x, y = generate(n_samples=n_samples, n_features=n_features, n_informative=n_informative, n_redundant=n_redundant,
+                    n_classes=n_classes, n_clusters_per_class=n_clusters_per_class, class_sep=class_sep, flip_y=flip_y,
+                    random_state=seed)
+    x = (x - x.mean(0)) / x.std(0)
+    perm = np.random.default_rng(seed).permutation(n_samples)
+    x, y = x[perm], y[perm]
+    return _tensors(x[n_test:], y[n_test:], x[:n_test], y[:n_test], False, n_classes, "make_classification")

@@ -1,0 +1,1 @@
+"""The engine: round loop, cohort sampling, vectorised local training, evaluation."""

@@ -1,0 +1,288 @@
+"""What a client sees during a round: its minibatches, gradients, full local gradients, blocks.
+
+`LocalWork` is the `ctx` of DESIGN.md's `local_train(view, ctx)`: the engine builds one per chunk
+of the cohort; an algorithm's client update only ever calls it with [s, d] tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import torch
+from torch import Tensor
+
+from fedbench.engine.executors import GradFn
+from fedbench.engine.streams import TAG_ALGO, TAG_AUGMENT, TAG_BLOCK, TAG_SHUFFLE, hash_keys, uniform
+
+_PAD_KEY = 2**40  # sorts padding positions after every real sample
+_SCHEDULE_ENTRIES = 1 << 22  # index entries a precomputed block of minibatch steps may hold
+
+
+@dataclass
+class ClientData:
+    """Training data of all N clients, held on the device.
+
+    index[i, :size[i]] are client i's sample indices into x/y; the rest is padding (0).
+    """
+
+    x: Tensor
+    y: Tensor
+    index: Tensor  # [N, n_max] int64
+    size: Tensor  # [N] int64
+    seed: int
+    grad_fn: GradFn
+    loss_scale: str = "mean"  # 'mean': f_i = mean loss; 'sum': f_i = sum of losses (LoSAC eq. 6)
+    # training augmentation of minibatches: (x [s, B, ...], per-sample keys [s, B]) -> x
+    transform: Callable[[Tensor, Tensor], Tensor] | None = None
+    _blocks: dict[int, tuple[Tensor, Tensor]] = field(default_factory=dict)
+
+    @classmethod
+    def from_partition(cls, x, y, parts, seed, grad_fn, loss_scale="mean", transform=None) -> ClientData:
+        sizes = torch.tensor([len(p) for p in parts], dtype=torch.int64)
+        index = torch.zeros(len(parts), int(sizes.max()), dtype=torch.int64)
+        for i, p in enumerate(parts):
+            index[i, : len(p)] = torch.as_tensor(p, dtype=torch.int64)
+        return cls(x, y, index.to(x.device), sizes.to(x.device), seed, grad_fn, loss_scale, transform)
+
+    @property
+    def num_clients(self) -> int:
+        return self.index.shape[0]
+
+    def blocks(self, num_blocks: int) -> tuple[Tensor, Tensor]:
+        """LoSAC's M fixed local data blocks: each client's indices shuffled once (seeded) and
+        array_split into M parts. Returns (block_index [N, M, b_max], block_size [N, M])."""
+        if num_blocks not in self._blocks:
+            n_max = self.index.shape[1]
+            keys = hash_keys(self.seed, -1, torch.arange(self.num_clients)[:, None], TAG_BLOCK, torch.arange(n_max))
+            keys = torch.where(torch.arange(n_max) < self.size.cpu()[:, None], keys, _PAD_KEY)
+            shuffled = torch.gather(self.index.cpu(), 1, keys.argsort(dim=1, stable=True))
+            sizes = torch.zeros(self.num_clients, num_blocks, dtype=torch.int64)
+            b_max = -(-int(self.size.max()) // num_blocks)
+            block_index = torch.zeros(self.num_clients, num_blocks, b_max, dtype=torch.int64)
+            for i in range(self.num_clients):
+                n = int(self.size[i])
+                if n < num_blocks:
+                    raise ValueError(f"client {i} has {n} samples, fewer than M={num_blocks} blocks")
+                for j, piece in enumerate(torch.tensor_split(shuffled[i, :n], num_blocks)):
+                    block_index[i, j, : len(piece)] = piece
+                    sizes[i, j] = len(piece)
+            self._blocks[num_blocks] = (block_index.to(self.x.device), sizes.to(self.x.device))
+        return self._blocks[num_blocks]
+
+
+@dataclass
+class Batch:
+    """Minibatches of a chunk of clients: x [s, B, ...], y [s, B], per-sample weights w [s, B].
+    `uniform`: every weight is 1/B (no padding, mean scaling), so the loss is a plain mean."""
+
+    x: Tensor
+    y: Tensor
+    w: Tensor
+    uniform: bool = False
+
+
+@dataclass
+class _Schedule:
+    """Precomputed minibatches of steps first .. first+len(widths)-1: index/weights [L, s, W]."""
+
+    first: int
+    widths: list[int]  # per step: the batch width actually used
+    uniform: list[bool]  # per step: every client has a full batch of `width` samples, mean-scaled
+    index: Tensor
+    weights: Tensor
+    start: Tensor  # [L, s] first position of each step's batch in the client's permutation
+
+
+@dataclass
+class LocalWork:
+    """One round's local work of a chunk of s clients.
+
+    Schedule: each client runs `steps[i]` local steps. In epoch mode a step walks through a fresh
+    permutation of the client's data each epoch (last batch short); in step mode batches are full
+    (drop-last) and the permutation is redrawn after each pass. `batch_size=0` means full batch.
+    """
+
+    data: ClientData
+    ids: Tensor  # [s] client ids
+    round: int
+    lr: float
+    batch_size: int
+    epochs: Tensor | None  # [s] local epochs (epoch mode), or None
+    local_steps: int | None  # fixed local steps (step mode), or None
+    _schedule: _Schedule | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        self.sizes = self.data.size[self.ids]  # [s]
+        self._index = self.data.index[self.ids]  # [s, n_max]
+        B = self.batch_size
+        if B <= 0:
+            self.per_batch = self.sizes.clone()
+            self.steps_per_epoch = torch.ones_like(self.sizes)
+        elif self.epochs is not None:
+            self.per_batch = torch.full_like(self.sizes, B).minimum(self.sizes)
+            self.steps_per_epoch = -(-self.sizes // B)
+        else:
+            self.per_batch = torch.full_like(self.sizes, B).minimum(self.sizes)
+            self.steps_per_epoch = (self.sizes // self.per_batch).clamp(min=1)
+        if self.epochs is not None:
+            self.steps = self.steps_per_epoch * self.epochs.to(self.sizes.device)
+        else:
+            self.steps = torch.full_like(self.sizes, int(self.local_steps or 0))
+        self.max_steps = int(self.steps.max()) if len(self.steps) else 0
+        self.min_steps = int(self.steps.min()) if len(self.steps) else 0  # steps all clients take
+        # Host copies: each step's batch width is known without a device sync.
+        self._host = [v.cpu() for v in (self.sizes, self.per_batch, self.steps_per_epoch, self.steps)]
+
+    # -- schedule ----------------------------------------------------------------------------
+    @property
+    def num_clients(self) -> int:
+        return len(self.ids)
+
+    def with_epochs(self, epochs: Tensor) -> LocalWork:
+        """The same round with per-client epoch counts (system heterogeneity, FedADMM §2.5)."""
+        return replace(self, epochs=epochs, local_steps=None, _schedule=None)
+
+    def with_steps(self, steps: int, batch_size: int | None = None) -> LocalWork:
+        bs = self.batch_size if batch_size is None else batch_size
+        return replace(self, epochs=None, local_steps=steps, batch_size=bs, _schedule=None)
+
+    def active(self, t: int) -> Tensor:
+        """[s] bool: clients that still take local step t (unequal local work is masked)."""
+        return t < self.steps
+
+    def masked(self, t: int, new: Tensor, old: Tensor) -> Tensor:
+        """Step t's update `new` [s, ...] for the clients still working, `old` for those done; no
+        mask pass while every client still works (t < min_steps)."""
+        if t < self.min_steps:
+            return new
+        return torch.where(self.active(t).view(-1, *([1] * (new.dim() - 1))), new, old)
+
+    # -- data --------------------------------------------------------------------------------
+    def batch(self, t: int) -> Batch:
+        """Local step t's minibatch of every client in the chunk (augmented if the data set says so;
+        exact gradients, `full_batches` and `block_batch`, never are)."""
+        block, k, width = self._step(t)
+        idx = block.index[k, :, :width]
+        batch = Batch(self.data.x[idx], self.data.y[idx], block.weights[k, :, :width], block.uniform[k])
+        if self.data.transform is not None:
+            pos = block.start[k, :, None] + torch.arange(width, device=self.ids.device)
+            keys = hash_keys(self.data.seed, self.round, self.ids[:, None], TAG_AUGMENT, t, pos, device=self.ids.device)
+            batch.x = self.data.transform(batch.x, keys)
+        return batch
+
+    def batch_index(self, t: int) -> Tensor:
+        """[s, W] sample indices (into data.x) of step t's minibatches; padding is index 0 with
+        weight 0."""
+        block, k, width = self._step(t)
+        return block.index[k, :, :width]
+
+    def _step(self, t: int) -> tuple[_Schedule, int, int]:
+        block = self._schedule
+        if block is None or not block.first <= t < block.first + len(block.widths):
+            block = self._schedule = self._plan(t)
+        return block, t - block.first, block.widths[t - block.first]
+
+    def _plan(self, first: int) -> _Schedule:
+        """The minibatch indices and weights of steps first, first+1, ... at once (as many as fit
+        _SCHEDULE_ENTRIES), so that a step costs one gather.
+
+        Step t of client i reads positions [k*b_i, min((k+1)*b_i, n_i)) of the epoch-e permutation
+        of its data, e = t // steps_per_epoch_i, k = t mod steps_per_epoch_i; the permutation's
+        keys are hashes of (seed, round, client, e, position), so any split into blocks, chunks or
+        devices draws the same minibatches.
+        """
+        dev = self.ids.device
+        s, n_max = self._index.shape
+        count = max(1, min(_SCHEDULE_ENTRIES // max(1, s * n_max), max(self.max_steps - first, 1)))
+        # the schedule on the host (no device sync): epoch and first/last position of every step's
+        # batch, [count, s]; a step's width is the longest batch among active clients (an epoch's
+        # short last batch is not padded to B: padding costs as much compute as data)
+        sizes, per_batch, steps_per_epoch, steps = self._host
+        T = torch.arange(first, first + count)[:, None]
+        epoch = T // steps_per_epoch
+        start = (T - epoch * steps_per_epoch) * per_batch
+        end = (start + per_batch).minimum(sizes)
+        widths = (end - start).masked_fill(T >= steps, 0).amax(dim=1).clamp(min=1).tolist() if s else [1] * count
+        first_epoch, last_epoch = (int(epoch.min()), int(epoch.max())) if s else (0, 0)
+        # positions in each client's permutation, [count, s, W]
+        W = max(widths)
+        epoch, start, end = epoch.to(dev), start.to(dev), end.to(dev)
+        in_width = torch.arange(W, device=dev) < torch.tensor(widths, device=dev)[:, None, None]
+        pos = start[..., None] + torch.arange(W, device=dev)
+        valid = (pos < end[..., None]) & in_width
+        # the permutations of every epoch the block touches, [s, E, n_max]
+        epochs = torch.arange(first_epoch, last_epoch + 1, device=dev)
+        positions = torch.arange(n_max, device=dev)
+        keys = hash_keys(
+            self.data.seed, self.round, self.ids[:, None, None], TAG_SHUFFLE, epochs[None, :, None], positions,
+            device=dev,
+        )
+        keys = torch.where(positions < self.sizes[:, None, None], keys, _PAD_KEY)
+        perm = keys.argsort(dim=2, stable=True)
+        rows = torch.arange(s, device=dev)[None, :, None]
+        local = perm[rows, (epoch - first_epoch)[..., None], pos.clamp(max=n_max - 1)]
+        weights = valid.to(self.data.x.dtype) / valid.sum(2, keepdim=True).clamp(min=1)  # minibatch mean
+        if self.data.loss_scale == "sum":
+            weights = weights * self.sizes[:, None]
+        full = (valid | ~in_width).all(2).all(1)  # every client fills the step's width
+        uniform = [bool(f) and self.data.loss_scale == "mean" for f in full.tolist()]
+        return _Schedule(first, widths, uniform, self._index[rows, local], weights.to(self.data.x.dtype), start)
+
+    def block_batch(self, j: Tensor, num_blocks: int) -> Batch:
+        """Block j[s] of each client's M fixed blocks, weighted so that the gradient is
+        g_{i,j} = M * grad f_{i,j} (LoSAC §1.4): an unbiased estimate of grad f_i."""
+        block_index, block_size = self.data.blocks(num_blocks)
+        idx = block_index[self.ids, j]  # [s, b_max]
+        size = block_size[self.ids, j]  # [s]
+        valid = torch.arange(idx.shape[1], device=idx.device) < size[:, None]
+        w = valid * (num_blocks / self._scale_denominator())[:, None]
+        return Batch(self.data.x[idx], self.data.y[idx], w.to(self.data.x.dtype))
+
+    def _scale_denominator(self) -> Tensor:
+        # f_i = sum of losses ('sum') or mean loss ('mean'): the per-sample weight is 1 or 1/n_i.
+        return torch.ones_like(self.sizes, dtype=torch.float64) if self.data.loss_scale == "sum" else self.sizes.double()
+
+    def full_batches(self, max_batch: int = 4096):
+        """The client's whole local data set in pieces, weighted to sum to grad f_i."""
+        n_max = self._index.shape[1]
+        for start in range(0, n_max, max_batch):
+            pos = torch.arange(start, min(start + max_batch, n_max), device=self.ids.device)
+            valid = pos[None, :] < self.sizes[:, None]
+            w = valid / self._scale_denominator()[:, None]
+            idx = self._index[:, start : start + len(pos)]
+            yield Batch(self.data.x[idx], self.data.y[idx], w.to(self.data.x.dtype))
+
+    # -- gradients ---------------------------------------------------------------------------
+    def grad(self, X: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
+        """(G [s, d], loss [s]): per-client gradients of the weighted minibatch loss at X [s, d]."""
+        return self.data.grad_fn(X, batch.x, batch.y, None if batch.uniform else batch.w)
+
+    def full_grad(self, X: Tensor) -> tuple[Tensor, Tensor]:
+        """Exact local gradient grad f_i(X_i) and loss f_i(X_i) over the client's whole data."""
+        G, loss = None, None
+        for b in self.full_batches():
+            g, l = self.grad(X, b)
+            G, loss = (g, l) if G is None else (G + g, loss + l)
+        return G, loss
+
+    def uniform(self, *tags: int) -> Tensor:
+        """Per-client uniforms in [0, 1) for algorithm-side randomness (e.g. E_i draws)."""
+        return uniform(self.data.seed, self.round, self.ids, TAG_ALGO, *tags, device=self.ids.device)
+
+    def randint(self, high: int, *tags: int) -> Tensor:
+        """Per-client integers uniform in {0..high-1}."""
+        return (self.uniform(*tags) * high).long().clamp(max=high - 1)
+
+
+def objective_gradient(data: ClientData, x: Tensor, weights: Tensor, chunk: int) -> tuple[Tensor, Tensor]:
+    """(grad f(x), f(x)) of the federated objective f = sum_i weights_i f_i over all clients,
+    computed exactly, `chunk` clients at a time."""
+    ids = torch.arange(data.num_clients, device=data.size.device)
+    G, f = torch.zeros_like(x), x.new_zeros(())
+    for start in range(0, len(ids), chunk):
+        work = LocalWork(data, ids[start : start + chunk], 0, 0.0, 0, None, 1)
+        g, loss = work.full_grad(x.expand(work.num_clients, -1))
+        p = weights[start : start + chunk].to(x.dtype)
+        G, f = G + p @ g, f + p @ loss
+    return G, f

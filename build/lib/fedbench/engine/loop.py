@@ -1,0 +1,162 @@
+"""The round loop: sample a cohort, broadcast, train the cohort in chunks, aggregate, evaluate."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from fedbench.algorithms.base import Algorithm, Cohort, State
+from fedbench.data.base import Dataset
+from fedbench.engine.client_state import ClientStateTable
+from fedbench.engine.evaluation import evaluate
+from fedbench.engine.local import ClientData, LocalWork
+from fedbench.engine.streams import sample_cohort
+from fedbench.errors import DivergenceError
+from fedbench.models.flat import FlatModel
+
+
+@dataclass
+class Federation:
+    """Everything a run needs, built from the config by engine.build."""
+
+    dataset: Dataset
+    clients: ClientData
+    flat: FlatModel
+    algorithm: Algorithm
+    x0: Tensor
+    seed: int
+    rounds: int
+    clients_per_round: int
+    batch_size: int
+    local_steps: int | None
+    local_epochs: int | None
+    client_chunk: int
+    eval_every: int
+    train_loss_every: int
+    aggregation: str  # 'uniform' or 'num_samples'
+    client_state_device: torch.device
+    device: torch.device
+
+    @property
+    def eta_l(self) -> float:
+        """The base local step size; the schedule lives in the algorithm's Setting (local_lr)."""
+        return self.algorithm.setting.eta_l
+
+
+@dataclass
+class RunState:
+    """What a checkpoint holds: the next round, server and client state, and the history."""
+
+    round: int
+    server: State
+    tables: dict[str, ClientStateTable]
+    history: list[dict[str, float]] = field(default_factory=list)
+    floats_up: float = 0.0
+    floats_down: float = 0.0
+    wall_time: float = 0.0
+
+
+def initial_state(fed: Federation) -> RunState:
+    server = fed.algorithm.init(fed.x0)
+    tables = {
+        name: ClientStateTable(spec, fed.client_state_device, fed.x0.dtype)
+        for name, spec in fed.algorithm.client_states().items()
+    }
+    return RunState(round=0, server=server, tables=tables)
+
+
+def _numel(state: State, skip: tuple[str, ...]) -> int:
+    return sum(v.numel() for k, v in state.items() if k not in skip)
+
+
+def _concat(uploads: list[State]) -> State:
+    return {k: torch.cat([u[k] for u in uploads]) for k in uploads[0]}
+
+
+def run_round(fed: Federation, state: RunState) -> tuple[float, float]:
+    """One communication round in place on `state`; returns (floats down, floats up)."""
+    algo, r = fed.algorithm, state.round
+    ids = sample_cohort(fed.seed, r, fed.clients.num_clients, fed.clients_per_round).tolist()
+    ids_t = torch.tensor(ids, device=fed.device)
+    sizes = fed.clients.size[ids_t]
+    weights = sizes.double() / sizes.sum() if fed.aggregation == "num_samples" else torch.full((len(ids),), 1.0 / len(ids), dtype=torch.float64, device=fed.device)
+    cohort = Cohort(round=r, ids=ids_t, sizes=sizes, weights=weights)
+    down = algo.broadcast(state.server, r)
+    lr = algo.setting.local_lr(r)
+    epochs_all = None if fed.local_epochs is None else torch.full((len(ids),), fed.local_epochs, device=fed.device)
+    chunks = []
+    for start in range(0, len(ids), fed.client_chunk):
+        chunk = ids[start : start + fed.client_chunk]
+        work = LocalWork(
+            fed.clients, ids_t[start : start + len(chunk)], r, lr, fed.batch_size,
+            None if epochs_all is None else epochs_all[start : start + len(chunk)], fed.local_steps,
+        )
+        chunks.append((chunk, work))
+
+    def client_state(chunk: list[int]) -> State:
+        return {name: t.gather(chunk, fed.device) for name, t in state.tables.items()}
+
+    floats_up = 0
+    if algo.two_phase:  # Mime, FedDANE: the clients' first uploads shape a second broadcast
+        prepared = _concat([algo.prepare(down, client_state(chunk), work) for chunk, work in chunks])
+        down = algo.rebroadcast(state.server, down, prepared, cohort)
+        floats_up += _numel(prepared, algo.metadata_keys)
+    uploads: list[State] = []
+    for chunk, work in chunks:
+        up, new_client = algo.client_update(down, client_state(chunk), work)
+        for name, values in new_client.items():
+            state.tables[name].scatter(chunk, values)
+        uploads.append(up)
+    up = _concat(uploads)
+    state.server = algo.aggregate(state.server, up, cohort)
+    floats_down = len(ids) * _numel(down, algo.metadata_keys)
+    floats_up += _numel(up, algo.metadata_keys)
+    return floats_down, floats_up
+
+
+def run(
+    fed: Federation,
+    state: RunState | None = None,
+    on_round: Callable[[RunState, dict[str, float]], None] | None = None,
+) -> RunState:
+    """Run rounds state.round .. fed.rounds-1. `on_round` sees every round's metrics."""
+    state = state or initial_state(fed)
+    data = fed.dataset
+    while state.round < fed.rounds:
+        t0 = time.perf_counter()
+        down, up = run_round(fed, state)
+        state.floats_down += down
+        state.floats_up += up
+        state.round += 1
+        x = fed.algorithm.model(state.server)
+        if not bool(torch.isfinite(x).all()):
+            raise DivergenceError(state.round, "non-finite model parameters")
+        state.wall_time += time.perf_counter() - t0
+        metrics: dict[str, float] = {
+            "floats_down": state.floats_down,
+            "floats_up": state.floats_up,
+            "wall_time": state.wall_time,
+            **fed.algorithm.metrics(state.server),
+        }
+        last = state.round == fed.rounds
+        if fed.eval_every and (state.round % fed.eval_every == 0 or last):
+            for k, v in evaluate(fed.flat, x, data.x_test, data.y_test, data.task).items():
+                metrics[f"test_{k}"] = v
+            if data.model_metrics is not None:
+                metrics.update(data.model_metrics(x))
+        if fed.train_loss_every and (state.round % fed.train_loss_every == 0 or last):
+            for k, v in evaluate(fed.flat, x, data.x_train, data.y_train, data.task).items():
+                metrics[f"train_{k}"] = v
+        for k in ("test_loss", "train_loss"):
+            if k in metrics and not math.isfinite(metrics[k]):
+                raise DivergenceError(state.round, f"non-finite {k.replace('_', ' ')}")
+        metrics["round"] = state.round
+        state.history.append(metrics)
+        if on_round is not None:
+            on_round(state, metrics)
+    return state

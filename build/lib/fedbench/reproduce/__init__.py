@@ -1,0 +1,1 @@
+"""Reproductions of the papers' tables and figures: catalog, runs, comparison with the published numbers."""

@@ -1,0 +1,176 @@
+"""Measured vs published: per-run metrics, the mean/std over seeds, speed-ups, the comparison table."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from fedbench.reproduce.catalog import Metric, Reproduction
+
+NOT_REACHED = ("-", "–", "100+", "never")
+
+
+@dataclass
+class RunResult:
+    """One finished run: its arm, seed, round budget and per-round history (a `round` column)."""
+
+    method: str
+    group: str
+    seed: int
+    rounds: int
+    history: pd.DataFrame
+
+
+def measure(metric: Metric, history: pd.DataFrame, rounds: int) -> float:
+    """The metric on one run; rounds-to-target is inf when the target is not reached (NaN = not logged)."""
+    if metric.source not in history:
+        return math.nan
+    data = history[["round", metric.source]].dropna().sort_values("round")
+    if data.empty:
+        return math.nan
+    values = data[metric.source].to_numpy(dtype=float)
+    if metric.kind == "rounds":
+        hit = values >= metric.target if metric.mode == "max" else values <= metric.target
+        hit &= data["round"].to_numpy() >= 1  # round 0 is the initial model
+        return float(data["round"].to_numpy()[hit.argmax()] - metric.offset) if hit.any() else math.inf
+    if metric.kind == "at":
+        at = rounds if metric.at is None else metric.at
+        row = data[data["round"] <= at]
+        value = row[metric.source].iloc[-1] if not row.empty else math.nan
+    elif metric.kind == "per_round":  # a cumulative counter (wall_time, floats_up) divided by the rounds run
+        value = values[-1] / data["round"].iloc[-1]
+    elif metric.kind == "mean_last":  # the `last` logged rounds up to round `at` (the end when None)
+        upto = values if metric.at is None else values[data["round"].to_numpy() <= metric.at]
+        value = upto[-metric.last :].mean() if len(upto) else math.nan
+    elif metric.kind == "min":
+        value = values.min()
+    elif metric.kind == "max":
+        value = values.max()
+    else:
+        raise ValueError(f"unknown metric kind {metric.kind!r}")
+    return float(value) * metric.scale
+
+
+def parse_paper(value: str) -> float:
+    """A published cell as a number: inf for not reached ('100+', '>100', '-'), NaN for no number."""
+    text = str(value).strip().rstrip("%")
+    if text in NOT_REACHED or text.startswith(">") or text.endswith("+"):
+        return math.inf
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def format_rounds(mean: float, std: float, reached: int, n: int, budget: int) -> str:
+    """'34 ± 2.1', '>R' when no seed reached the target, '>R (2/3)' when only some did."""
+    if reached == 0:
+        return f">{budget}"
+    if reached < n:
+        return f">{budget} ({reached}/{n})"
+    return format_value(mean, std, rounds=True)
+
+
+def format_value(mean: float, std: float, rounds: bool = False) -> str:
+    if math.isnan(mean):
+        return "n/a"
+    body = f"{mean:.1f}" if rounds else f"{mean:.4g}"
+    if not math.isnan(std) and std > 0:
+        body += f" ± {std:.2g}"
+    return body
+
+
+def speedup(reference: float, value: float, budget: float) -> tuple[float, str]:
+    """reference / value and its text; a reference that never reached the target gives a lower bound."""
+    if math.isnan(reference) or math.isnan(value) or math.isinf(value) or value <= 0:
+        return math.nan, ""
+    if math.isinf(reference):
+        return budget / value, f">{budget / value:.2f}×"
+    return reference / value, f"{reference / value:.2f}×"
+
+
+def aggregate(rep: Reproduction, runs: list[RunResult]) -> pd.DataFrame:
+    """One row per (arm, metric): mean and std over seeds of the measured values."""
+    rows = []
+    keys = list(dict.fromkeys((r.method, r.group) for r in runs))
+    for method, group in keys:
+        arm_runs = [r for r in runs if (r.method, r.group) == (method, group)]
+        budget = max(r.rounds for r in arm_runs)
+        for metric in (m for m in rep.metrics if m.applies(group)):
+            values = np.array([measure(metric, r.history, r.rounds) for r in arm_runs], dtype=float)
+            finite = values[np.isfinite(values)]
+            reached = len(finite)
+            mean = finite.mean() if reached else (math.inf if np.isinf(values).any() else math.nan)
+            if metric.is_rounds and reached < len(values):
+                mean = math.inf
+            std = finite.std(ddof=1) if reached > 1 else math.nan
+            rows.append(dict(method=method, group=group, metric=metric.name, mean=mean, std=std,
+                             reached=reached, n=len(values), budget=budget - metric.offset,
+                             rounds_metric=metric.is_rounds, values=values.tolist()))
+    return pd.DataFrame(rows)
+
+
+def comparison(rep: Reproduction, measured: pd.DataFrame) -> pd.DataFrame:
+    """Paper and measured side by side, with the speed-up over the paper's reference method."""
+    paper = rep.paper_numbers()
+    paper = paper.assign(paper_value=paper["value"].map(parse_paper)).rename(columns={"value": "paper"})
+    table = measured.merge(paper, on=["method", "group", "metric"], how="left")
+    table["paper"] = table["paper"].fillna("")
+    table["paper_value"] = table["paper_value"].astype(float)
+    table["measured"] = [
+        format_rounds(r.mean, r.std, r.reached, r.n, r.budget) if r.rounds_metric else format_value(r.mean, r.std)
+        for r in table.itertuples()
+    ]
+    lookup = {(r.method, r.group, r.metric): r for r in table.itertuples()}
+    paper_speed, speed, speed_value = [], [], []
+    for r in table.itertuples():
+        ref_name = rep.reference_for(r.method)
+        ref = lookup.get((ref_name, r.group, r.metric)) if ref_name else None
+        if not r.rounds_metric or ref is None:
+            paper_speed.append(""), speed.append(""), speed_value.append(math.nan)
+            continue
+        paper_speed.append(speedup(ref.paper_value, r.paper_value, math.nan)[1] if r.paper else "")
+        value, text = speedup(ref.mean, r.mean, ref.budget)  # an unreached reference counts as its own budget
+        speed.append(text), speed_value.append(value)
+    table["paper_speedup"], table["speedup"], table["speedup_value"] = paper_speed, speed, speed_value
+    return table
+
+
+DISPLAY = ["method", "group", "metric", "paper", "measured", "paper_speedup", "speedup", "n"]
+
+
+def to_markdown(table: pd.DataFrame, title: str = "") -> str:
+    cols = [c for c in DISPLAY if c in table]
+    show = table[cols].astype(str)
+    if "paper_speedup" in show and not (show["paper_speedup"] != "").any() and not (show["speedup"] != "").any():
+        show = show.drop(columns=["paper_speedup", "speedup"])
+    header = "| " + " | ".join(show.columns) + " |"
+    rule = "|" + "|".join("---" for _ in show.columns) + "|"
+    lines = [f"### {title}", ""] if title else []
+    lines += [header, rule] + ["| " + " | ".join(row) + " |" for row in show.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def to_csv_frame(table: pd.DataFrame) -> pd.DataFrame:
+    cols = ["method", "group", "metric", "paper", "paper_value", "measured", "mean", "std", "reached", "n",
+            "budget", "paper_speedup", "speedup", "speedup_value"]
+    return table[[c for c in cols if c in table]]
+
+
+def value(table: pd.DataFrame, method: str, group: str, metric: str, column: str = "mean") -> float:
+    """A measured number of the comparison table (inf = target not reached); KeyError if absent."""
+    row = table[(table["method"] == method) & (table["group"] == group) & (table["metric"] == metric)]
+    if row.empty:
+        raise KeyError(f"no measured {metric} for {method} [{group}]")
+    return float(row[column].iloc[0])
+
+
+def seeds(table: pd.DataFrame, method: str, group: str, metric: str) -> np.ndarray:
+    """The per-seed values of one cell (inf = not reached)."""
+    row = table[(table["method"] == method) & (table["group"] == group) & (table["metric"] == metric)]
+    if row.empty:
+        raise KeyError(f"no measured {metric} for {method} [{group}]")
+    return np.asarray(row["values"].iloc[0], dtype=float)

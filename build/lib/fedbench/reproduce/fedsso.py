@@ -1,0 +1,145 @@
+"""FedSSO (Ma et al., arXiv:2206.09576): Tables 1-3, Figs. 4-9 (spec: papers/fedsso.md).
+
+Table 1 reports r* - 1 where r* is the first round with test accuracy >= the threshold (§4.6), hence
+offset = 1; '-' = not reached within 200 rounds.
+"""
+
+from __future__ import annotations
+
+from fedbench.reproduce.catalog import Arm, Claim, Metric, Reproduction, Scale, register, rounds_to
+from fedbench.reproduce.compare import value
+
+PAPER = "fedsso"
+BLOCKS = {  # group: (data set, model, thresholds, {method: overrides}) from Table 1 and §3.9
+    "MNIST MCLR": ("mnist_pfl", "mclr", (0.4, 0.6, 0.8, 0.88, 0.9), {
+        "FedAvg": ("algorithm=fedavg", "eta_l=0.03"), "SCAFFOLD": ("algorithm=scaffold", "eta_l=0.03"),
+        "FedDANE": ("algorithm=feddane", "eta_l=0.003"), "FedNL": ("algorithm=fednl", "eta_l=0.001"),
+        "FedSSO": ("algorithm=fedsso", "eta_l=0.001", "eta_g=1")}),
+    "EMNIST MCLR": ("emnist_pfl", "mclr", (0.4, 0.6, 0.8, 0.83, 0.84), {
+        "FedAvg": ("algorithm=fedavg", "eta_l=0.03"), "SCAFFOLD": ("algorithm=scaffold", "eta_l=0.03"),
+        "FedDANE": ("algorithm=feddane", "eta_l=0.001"), "FedNL": ("algorithm=fednl", "eta_l=0.7"),
+        "FedSSO": ("algorithm=fedsso", "eta_l=0.003", "eta_g=1")}),
+    "MNIST CNN": ("mnist_pfl", "cnn_fedsso", (0.4, 0.6, 0.8, 0.88, 0.91), {
+        "FedAvg": ("algorithm=fedavg", "eta_l=0.3"), "SCAFFOLD": ("algorithm=scaffold", "eta_l=0.01"),
+        "FedSSO": ("algorithm=fedsso", "eta_l=0.07", "eta_g=0.3")}),
+    "EMNIST CNN": ("emnist_pfl", "cnn_fedsso", (0.4, 0.6, 0.8, 0.81, 0.83), {
+        "FedAvg": ("algorithm=fedavg", "eta_l=0.1"), "SCAFFOLD": ("algorithm=scaffold", "eta_l=0.07"),
+        "FedSSO": ("algorithm=fedsso", "eta_l=0.003", "eta_g=1")}),
+}
+THRESHOLDS = sorted({t for b in BLOCKS.values() for t in b[2]})
+TABLE1_METRICS = tuple(rounds_to(t, offset=1, only=tuple(g for g, b in BLOCKS.items() if t in b[2])) for t in THRESHOLDS)
+
+
+def table1_arms(blocks) -> tuple[Arm, ...]:
+    return tuple(Arm(m, g, (f"dataset={ds}", *model_overrides(model), *o)) for g, (ds, model, _, methods) in blocks.items()
+                 for m, o in methods.items())
+
+
+def model_overrides(model: str) -> tuple[str, ...]:
+    """MCLR starts at zero (fedsso.md A17; the artifact curves start at ln 10)."""
+    return (f"model={model}", "model.zero_init=true") if model == "mclr" else (f"model={model}",)
+
+
+def check_table1(table, scale: str) -> list[Claim]:
+    if scale == "ci":
+        g = "digits MCLR"
+        return [Claim("FedSSO's accuracy after 5 rounds is >= 2 points above FedAvg's (fedsso.md §7 target 20)",
+                      value(table, "FedSSO", g, "acc@5") >= value(table, "FedAvg", g, "acc@5") + 2)]
+    claims = []
+    for g, (_, _, thresholds, methods) in BLOCKS.items():
+        top = f"rounds_to_{thresholds[3]:g}"
+        claims.append(Claim(f"{g}: FedSSO reaches {thresholds[3]:g} first", value(table, "FedSSO", g, top)
+                            <= min(value(table, m, g, top) for m in methods)))
+    return claims
+
+
+register(Reproduction(
+    name="fedsso/table1", paper=PAPER, title="Table 1: rounds to accuracy thresholds with each method's optimal hyper-parameters",
+    claim="FedSSO reaches the high thresholds in the fewest rounds on MNIST/EMNIST with MCLR and the CNN",
+    metrics=(*TABLE1_METRICS, Metric("acc@5", "at", at=5, scale=100, only=("digits",))), reference="FedAvg",
+    scales={
+        "full": Scale(table1_arms(BLOCKS), (0,), "cpu", "16 arms x 200 rounds, 20 clients: ~2 CPU-hours (FedNL: GPU)",
+                      ("mnist", "emnist")),
+        "ci": Scale(tuple(Arm(m, "digits MCLR", o) for m, o in (("FedAvg", ("algorithm=fedavg",)), ("FedSSO", ("algorithm=fedsso",)))),
+                    (0, 1, 2), "cpu", "~1 min on 2 CPU cores",
+                    overrides=("dataset=digits", "partition=pfl_noniid", "partition.least_samples=2", "model=mclr", "model.zero_init=true", "eta_l=0.01",
+                               "batch_size=10", "rounds=20"),
+                    note="digits over 20 PFL-Non-IID clients (least_samples 2), MCLR, tau = 5, B = 10, alpha = 0.01, eta = 1, 20 rounds"),
+    },
+    check=check_table1,
+))
+
+COMM = {"FedAvg": ("algorithm=fedavg",), "SCAFFOLD": ("algorithm=scaffold",), "FedDANE": ("algorithm=feddane",),
+        "FedNL": ("algorithm=fednl",), "FedSSO": ("algorithm=fedsso",)}
+register(Reproduction(
+    name="fedsso/table2", paper=PAPER, title="Table 2: communication per round (in units of FedAvg's n_c)",
+    claim="FedSSO communicates as much as FedAvg (n_c), SCAFFOLD and FedDANE twice as much, FedNL d times as much",
+    metrics=(Metric("floats_up/round", "per_round", "floats_up"), Metric("floats_down/round", "per_round", "floats_down")),
+    scales={s: Scale(tuple(Arm(m, "digits MCLR", o) for m, o in COMM.items()), (0,), "cpu", "seconds",
+                     overrides=("dataset=digits", "partition=iid", "model=mclr", "rounds=3", "num_clients=5", "clients_per_round=5"),
+                     note="communication does not depend on the data: digits MCLR, 3 rounds")
+            for s in ("ci", "full")},
+    check=lambda table, scale: [
+        Claim(f"{m}: floats up per round = {k} x FedAvg's", abs(value(table, m, "digits MCLR", "floats_up/round")
+                                                             / value(table, "FedAvg", "digits MCLR", "floats_up/round") - k) < 0.05)
+        for m, k in (("FedSSO", 1), ("SCAFFOLD", 2), ("FedDANE", 2))],
+))
+
+register(Reproduction(
+    name="fedsso/table3", paper=PAPER, title="Table 3: labels and sizes of the 3 clients' data (PFL-Non-IID generator, seed 1)",
+    claim="the generator with MNIST class counts and seed 1 gives exactly Table 3's client label sizes",
+    metrics=(Metric("final_acc", "at", scale=100),),
+    scales={"full": Scale((Arm("FedSSO", "MNIST 3 clients", ("algorithm=fedsso",)),), (0,), "cpu", "minutes", ("mnist",),
+                          overrides=("dataset=mnist_pfl", "dataset.num_users=3", "num_clients=3", "clients_per_round=3",
+                                     "model=mclr", "eta_l=0.001", "rounds=10"))},
+    check=lambda table, scale: [],
+    blocked="the label counts are a property of the partition: tests of the pfl data set (data-zoo branch) check Table 3 exactly",
+))
+
+
+def curve_entry(name, title, claim, groups, methods, data, compute, check, extra=(), blocked=""):
+    register(Reproduction(
+        name=f"fedsso/{name}", paper=PAPER, title=title, claim=claim,
+        metrics=(Metric("final_acc", "at", scale=100), Metric("final_train_loss", "at", "train_loss")),
+        scales={"full": Scale(tuple(Arm(m, g, (*go, *o)) for g, go in groups.items() for m, o in methods.items()), (0,), "cpu",
+                              compute, data, overrides=("train_loss_every=1", *extra))},
+        check=check, plot=("train_loss", "test_accuracy"), blocked=blocked))
+
+
+def fedsso_best(table, scale):
+    return [Claim(f"{g}: FedSSO has the highest final accuracy", value(table, "FedSSO", g, "final_acc")
+                  >= max(value(table, m, g, "final_acc") for m in set(table[table["group"] == g]["method"])))
+            for g in dict.fromkeys(table["group"])]
+
+
+FIG4_GROUPS = {g: (f"dataset={ds}", *model_overrides(model)) for g, (ds, model, _, _) in BLOCKS.items()}
+curve_entry("fig4", "Fig. 4: training loss and test accuracy with optimal hyper-parameters (curves of Table 1)",
+            "FedSSO converges fastest and reaches the highest accuracy", FIG4_GROUPS,
+            {"FedSGD": ("algorithm=fedsgd", "eta_l=0.3"), **BLOCKS["MNIST CNN"][3]}, ("mnist", "emnist"), "~2 CPU-hours", fedsso_best)
+SAME = {"FedSGD": ("algorithm=fedsgd",), "FedAvg": ("algorithm=fedavg",), "SCAFFOLD": ("algorithm=scaffold",),
+        "FedDANE": ("algorithm=feddane",), "FedSSO": ("algorithm=fedsso", "eta_g=1")}
+curve_entry("fig5", "Fig. 5: the same curves with shared hyper-parameters (alpha = 0.001 MCLR, 0.01 CNN)",
+            "FedSSO ends with the lowest training loss and the highest accuracy",
+            {g: (*go, f"eta_l={0.001 if 'MCLR' in g else 0.01}") for g, go in FIG4_GROUPS.items()}, SAME, ("mnist", "emnist"),
+            "~2 CPU-hours", fedsso_best)
+curve_entry("fig6", "Fig. 6: FedSSO, FedOpt (FedAdagrad) and FedAvg on CIFAR-10 (LeNet and MCLR)",
+            "FedSSO converges faster than FedOpt", {"CIFAR-10 LeNet": ("model=lenet",), "CIFAR-10 MCLR": model_overrides("mclr")},
+            {"FedAvg": ("algorithm=fedavg",), "FedAdagrad": ("algorithm=fedadagrad",), "FedSSO": ("algorithm=fedsso",)},
+            ("cifar10",), "~3 CPU-hours or 20 GPU-minutes", fedsso_best, extra=("dataset=cifar10_pfl", "num_clients=10", "clients_per_round=10"))
+curve_entry("fig7", "Fig. 7: FedSSO, FedNL, FedAc, FedAvg on LIBSVM ijcnn1 binary logistic regression",
+            "FedSSO reaches a given training loss fastest; FedAc also converges well", {"ijcnn1": ()},
+            {"FedAvg": ("algorithm=fedavg",), "FedNL": ("algorithm=fednl",), "FedAc": ("algorithm=fedac",), "FedSSO": ("algorithm=fedsso",)},
+            ("ijcnn1",), "minutes on a CPU", lambda table, scale: [Claim("FedSSO has the lowest final training loss", value(
+                table, "FedSSO", "ijcnn1", "final_train_loss") <= min(value(table, m, "ijcnn1", "final_train_loss") for m in set(table["method"])))],
+            extra=("dataset=ijcnn1_pfl", "model=logreg", "num_clients=3", "clients_per_round=3"))
+curve_entry("fig8", "Fig. 8: Shakespeare (MCLR) and Sent140 (MLP)", "FedSSO converges faster; FedDANE on the MLP diverges",
+            {"Shakespeare MCLR": ("dataset=shakespeare", "model=mclr"), "Sent140 MLP": ("dataset=sent140", "model=mlp_sent140")},
+            {"FedAvg": ("algorithm=fedavg",), "FedDANE": ("algorithm=feddane",), "FedNL": ("algorithm=fednl",), "FedSSO": ("algorithm=fedsso",)},
+            ("shakespeare", "sent140", "glove"), "GPU recommended", fedsso_best, extra=("num_clients=10", "clients_per_round=10"))
+curve_entry("fig9", "Fig. 9: FedSSO with different numbers of local steps tau (3-client MNIST partition, MCLR)",
+            "convergence first speeds up as tau grows, then slows when tau is too large; FedSSO beats FedAvg at every tau",
+            {f"tau={t}": (f"local_steps={t}", "local_epochs=null") for t in (1, 10, 20, 30, 40, 50)},
+            {"FedAvg": ("algorithm=fedavg",), "FedSSO": ("algorithm=fedsso", "eta_g=1")}, ("mnist",), "~1 CPU-hour",
+            lambda table, scale: [Claim(f"{g}: FedSSO ends above FedAvg", value(table, "FedSSO", g, "final_acc") > value(table, "FedAvg", g, "final_acc"))
+                                  for g in dict.fromkeys(table["group"])],
+            extra=("dataset=mnist_pfl", "dataset.num_users=3", "num_clients=3", "clients_per_round=3", "model=mclr", "model.zero_init=true", "eta_l=0.001"))

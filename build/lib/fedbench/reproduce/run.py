@@ -1,0 +1,293 @@
+"""Run a reproduction: check what it needs, run each arm as a Hydra multirun over the seeds into one
+MLflow experiment, read the histories back, compare with the paper, save and log the comparison."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from fedbench.errors import ConfigError, DataUnavailableError, FedbenchError
+from fedbench.reproduce.catalog import Claim, Reproduction, Scale
+from fedbench.reproduce.compare import RunResult, aggregate, comparison, to_csv_frame, to_markdown
+from fedbench.reproduce.plots import plot_figure
+
+OUTPUTS = Path("outputs") / "reproduce"
+
+
+@dataclass
+class Outcome:
+    table: pd.DataFrame
+    claims: list[Claim]
+    markdown: str
+    files: list[Path]
+
+    @property
+    def holds(self) -> bool:
+        return all(c.holds for c in self.claims)
+
+
+def conf_dir() -> Path:
+    from fedbench.cli import CONF_DIR
+
+    return CONF_DIR
+
+
+def get_scale(rep: Reproduction, scale: str) -> Scale:
+    if scale not in rep.scales:
+        raise ConfigError(f"{rep.name} has no scale {scale!r}; it has: {', '.join(rep.scales)}")
+    return rep.scales[scale]
+
+
+def preset_groups(preset: str) -> dict[str, str]:
+    """The group choices of a preset's defaults list (`override /algorithm: x`), following presets it extends."""
+    path = conf_dir() / "experiment" / f"{preset}.yaml"
+    groups: dict[str, str] = {}
+    while path.exists():
+        data = yaml.safe_load(path.read_text()) or {}
+        parent = None
+        for item in data.get("defaults", []):
+            if isinstance(item, dict):
+                for key, value in item.items():
+                    groups.setdefault(key.replace("override ", "").strip().lstrip("/"), value)
+            elif isinstance(item, str) and item != "_self_":
+                parent = item
+        if parent is None:
+            break
+        path = conf_dir() / "experiment" / f"{parent}.yaml"
+    return groups
+
+
+def arm_choices(rep: Reproduction, scale: Scale, group: str) -> set[str]:
+    """Every choice of a config group (algorithm, dataset, ...) the scale's arms use."""
+    found = set()
+    for arm in scale.arms:
+        choice = preset_groups(arm.preset or rep.preset_path).get(group)
+        for item in (*scale.overrides, *arm.overrides):
+            key, _, value = item.partition("=")
+            if key == group:
+                choice = value
+        if choice:
+            found.add(choice)
+    return found
+
+
+def missing(rep: Reproduction, scale_name: str) -> list[str]:
+    """What this checkout lacks to run the scale: the preset file, algorithm/data set/model/partition configs."""
+    scale = get_scale(rep, scale_name)
+    if rep.blocked:
+        return [rep.blocked]
+    base = conf_dir()
+    presets = dict.fromkeys([rep.preset_path, *(a.preset for a in scale.arms if a.preset)])
+    out = [f"preset fedbench/conf/experiment/{p}.yaml" for p in presets if not (base / "experiment" / f"{p}.yaml").exists()]
+    if out:
+        return out
+    for group in ("algorithm", "dataset", "model", "partition"):
+        for choice in sorted(arm_choices(rep, scale, group)):
+            if not (base / group / f"{choice}.yaml").exists():
+                out.append(f"{group} {choice!r}")
+    return out
+
+
+def job_overrides(rep: Reproduction, scale: Scale, arm, extra: tuple[str, ...] = ()) -> list[str]:
+    return [f"experiment={arm.preset or rep.preset_path}", *scale.overrides, *arm.overrides, *extra]
+
+
+def check_data(rep: Reproduction, scale: Scale, extra: tuple[str, ...] = ()) -> None:
+    """Load every distinct data set of the grid once; DataUnavailableError says which files to place where."""
+    from hydra import compose, initialize_config_dir
+
+    from fedbench.config import params_of
+    from fedbench.data import DATASETS
+
+    seen = set()
+    for arm in scale.arms:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
+            cfg = compose("config", overrides=[*job_overrides(rep, scale, arm, extra), f"seed={scale.seeds[0]}"])
+        params = {k: v for k, v in params_of(cfg.dataset).items() if k not in ("root", "download")}
+        key = (cfg.dataset.name, repr(sorted(params.items())), str(cfg.data.root))
+        if key in seen:
+            continue
+        seen.add(key)
+        DATASETS.get(cfg.dataset.name)(root=str(cfg.data.root), download=bool(cfg.data.download), **params)
+
+
+def run_grid(rep: Reproduction, scale: Scale, stamp: str, out: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    """One Hydra multirun per arm (arms differ in which keys they set); returns the failed jobs' messages."""
+    from fedbench.cli import hydra_main
+
+    if rep.runner == "dlg":
+        return run_attacks(rep, scale, stamp, extra)
+    failures = []
+    seeds = ",".join(str(s) for s in scale.seeds)
+    for arm in scale.arms:
+        argv = [*job_overrides(rep, scale, arm, extra), f"seed={seeds}", f"tracking.experiment={rep.name}",
+                f"tracking.run_name={stamp}-{arm.slug}", f"hydra.sweep.dir={out / 'runs' / stamp / arm.slug}",
+                # the comparison reads this invocation's runs: arms with equal configs must all run
+                "tracking.skip_finished=false", "--multirun"]
+        print(f"[reproduce] {rep.name}: {arm.method} [{arm.group}] seeds {seeds}", flush=True)
+        if hydra_main(argv) != 0:
+            failures.append(f"{arm.method} [{arm.group}]")
+    return failures
+
+
+def run_attacks(rep: Reproduction, scale: Scale, stamp: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """DLG against each arm's round-`rounds` upload of client 1, one MLflow run per arm and seed."""
+    from hydra import compose, initialize_config_dir
+
+    from fedbench.attacks.record import recorded_attack
+    from fedbench.errors import FedbenchError
+    from fedbench.preflight import preflight
+
+    failures = []
+    for arm in scale.arms:
+        print(f"[reproduce] {rep.name}: {arm.method} [{arm.group}] seeds {','.join(map(str, scale.seeds))}", flush=True)
+        for seed in scale.seeds:
+            overrides = [*job_overrides(rep, scale, arm, extra), f"seed={seed}", f"tracking.experiment={rep.name}",
+                         f"tracking.run_name={stamp}-{arm.slug}"]
+            try:
+                preflight(conf_dir(), overrides)
+                with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
+                    cfg = compose("config", overrides=overrides)
+                recorded_attack(cfg, attack_round=int(cfg.rounds))
+            except FedbenchError as exc:
+                failures.append(f"{arm.method} [{arm.group}] seed {seed}: {exc}")
+    return failures
+
+
+def tracking_uri(extra: tuple[str, ...]) -> str:
+    from fedbench.tracking.store import resolve_tracking_uri
+
+    uri = next((o.partition("=")[2] for o in extra if o.startswith("tracking.uri=")), None)
+    return resolve_tracking_uri(uri or None)
+
+
+def collect(rep: Reproduction, scale: Scale, stamp: str, uri: str) -> list[RunResult]:
+    """The runs of this invocation, read back from MLflow with the histories the metrics and plots need."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(rep.name)
+    if experiment is None:
+        return []
+    by_slug = {arm.slug: arm for arm in scale.arms}
+    keys = {m.source for m in rep.metrics} | set(rep.plot)
+    results = []
+    for run in client.search_runs([experiment.experiment_id], f"attributes.run_name LIKE '{stamp}-%'", max_results=5000):
+        arm = by_slug.get(run.info.run_name[len(stamp) + 1 :])
+        if arm is None:
+            continue
+        series = {}
+        for key in keys:
+            for m in client.get_metric_history(run.info.run_id, key):
+                series.setdefault(m.step, {"round": m.step})[key] = m.value
+        history = pd.DataFrame(sorted(series.values(), key=lambda r: r["round"]))
+        if history.empty:
+            history = pd.DataFrame({"round": []})
+        results.append(RunResult(arm.method, arm.group, int(run.data.params.get("seed", 0)),
+                                 int(run.data.params.get("rounds", 0)), history))
+    order = {(a.method, a.group): i for i, a in enumerate(scale.arms)}
+    return sorted(results, key=lambda r: (order[(r.method, r.group)], r.seed))
+
+
+def evaluate(rep: Reproduction, scale_name: str, runs: list[RunResult]) -> tuple[pd.DataFrame, list[Claim]]:
+    table = comparison(rep, aggregate(rep, runs))
+    try:
+        claims = rep.check(table, scale_name)
+    except KeyError as exc:  # a cell the check needs was not measured (a failed arm)
+        claims = [Claim(rep.claim, False, f"missing measurement: {exc}")]
+    return table, claims
+
+
+def report(rep: Reproduction, scale_name: str, table: pd.DataFrame, claims: list[Claim]) -> str:
+    scale = rep.scales[scale_name]
+    lines = [f"## {rep.name} — {rep.title} (scale {scale_name})", ""]
+    if scale.note:
+        lines += [f"Setting: {scale.note}", ""]
+    lines += [to_markdown(table), "", "Claims:"]
+    lines += [f"- [{'x' if c.holds else ' '}] {c.text}" + (f" ({c.detail})" if c.detail else "") for c in claims]
+    return "\n".join(lines)
+
+
+def save(rep: Reproduction, scale_name: str, runs, table, claims, out: Path, stamp: str, uri: str) -> tuple[str, list[Path]]:
+    out.mkdir(parents=True, exist_ok=True)
+    markdown = report(rep, scale_name, table, claims)
+    files = [out / "comparison.md", out / "comparison.csv"]
+    files[0].write_text(markdown + "\n")
+    to_csv_frame(table).to_csv(files[1], index=False)
+    figure = plot_figure(runs, rep.plot, out / "figure.png", f"{rep.name} (scale {scale_name})", rep.plot_log)
+    if figure is not None:
+        files.append(figure)
+    log_comparison(rep, scale_name, files, claims, stamp, uri)
+    return markdown, files
+
+
+def log_comparison(rep: Reproduction, scale_name: str, files: list[Path], claims: list[Claim], stamp: str, uri: str) -> None:
+    """A run named `<stamp>-comparison` in the reproduction's experiment carries the artifacts."""
+    from mlflow.tracking import MlflowClient
+
+    from fedbench.tracking.store import ensure_experiment
+
+    client = MlflowClient(uri)
+    run = client.create_run(ensure_experiment(client, rep.name, uri), run_name=f"{stamp}-comparison",
+                            tags={"reproduction": rep.name, "scale": scale_name,
+                                  "claims_hold": str(all(c.holds for c in claims)).lower()})
+    for path in files:
+        client.log_artifact(run.info.run_id, str(path))
+    client.set_terminated(run.info.run_id, "FINISHED" if all(c.holds for c in claims) else "FAILED")
+
+
+def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: Path = OUTPUTS) -> Outcome:
+    """Run the scale's grid and compare; raises ConfigError/DataUnavailableError before any training."""
+    scale = get_scale(rep, scale_name)
+    lacking = missing(rep, scale_name)
+    if lacking:
+        raise ConfigError(f"{rep.name} cannot run here: missing {', '.join(lacking)}")
+    check_data(rep, scale, extra)
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"  # two reproductions started in one second stay apart
+    out = outputs / rep.name
+    failures = run_grid(rep, scale, stamp, out, extra)
+    uri = tracking_uri(extra)
+    runs = collect(rep, scale, stamp, uri)
+    if not runs:
+        raise FedbenchError(f"{rep.name}: no run finished ({'; '.join(failures)})")
+    table, claims = evaluate(rep, scale_name, runs)
+    if failures:
+        claims.append(Claim("every job of the grid ran to the end", False, "failed: " + "; ".join(failures)))
+    markdown, files = save(rep, scale_name, runs, table, claims, out / scale_name, stamp, uri)
+    return Outcome(table, claims, markdown, files)
+
+
+def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: Path = OUTPUTS,
+                  echo=print) -> tuple[dict[str, Outcome | str], Path]:
+    """Every reproduction with this scale that can run here, one after the other; the others are listed
+    with the reason. Returns {name: outcome or why it did not run} and the summary file (Markdown)."""
+    from fedbench.reproduce.catalog import load_catalog
+
+    results: dict[str, Outcome | str] = {}
+    for rep in load_catalog().values():
+        if scale_name not in rep.scales:
+            continue
+        lacking = missing(rep, scale_name)
+        if lacking:
+            results[rep.name] = f"not run: missing {', '.join(lacking)}"
+            continue
+        try:
+            echo(f"[reproduce all] {rep.name} --scale {scale_name}")
+            results[rep.name] = reproduce(rep, scale_name, extra, outputs)
+            echo("\n".join(line for line in results[rep.name].markdown.splitlines() if line.startswith("- [")))
+        except (ConfigError, DataUnavailableError) as err:
+            results[rep.name] = f"not run: {err}"
+    lines = [f"# fedbench reproduce all --scale {scale_name}", "", "| reproduction | claims that hold |", "|---|---|"]
+    for name, result in results.items():
+        held = result if isinstance(result, str) else f"{sum(c.holds for c in result.claims)} / {len(result.claims)}"
+        lines.append(f"| {name} | {held} |")
+    lines += [""] + [result.markdown + "\n" for result in results.values() if not isinstance(result, str)]
+    outputs.mkdir(parents=True, exist_ok=True)
+    summary = outputs / f"all-{scale_name}.md"
+    summary.write_text("\n".join(lines))
+    return results, summary

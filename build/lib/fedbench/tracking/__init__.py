@@ -1,0 +1,1 @@
+"""Tracking: the MLflow record, rounds-to-target, tables and plots."""

@@ -1,0 +1,232 @@
+"""The MLflow record of one run: params, tags, per-round metrics, rounds-to-target, artifacts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from fedbench.errors import FedbenchError
+from fedbench.tracking.plots import plot_curves
+from fedbench.tracking.store import StoreError, one_line, open_store, probe_server, resolve_tracking_uri
+from fedbench.tracking.targets import format_rounds, rounds_to_target, target_key
+
+
+def flatten_config(cfg: DictConfig) -> dict[str, str]:
+    container = OmegaConf.to_container(cfg, resolve=True)
+    out: dict[str, str] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            out[prefix] = str(value)[:6000]
+
+    walk("", {k: v for k, v in container.items() if k != "hydra"})
+    return out
+
+
+def tags_of(run) -> dict[str, str]:
+    return dict(run.data.tags)
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip() or "unknown"
+    except Exception:
+        return "unknown"
+
+
+def store_call(method):
+    """A Recorder method whose store failure (full disk under SQLite, a dead server) becomes one
+    StoreError line instead of a traceback of sqlalchemy or HTTP internals."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except FedbenchError:
+            raise
+        except Exception as exc:
+            raise StoreError(f"the MLflow store {self.uri} failed: {one_line(exc)}") from exc
+
+    return wrapper
+
+
+class Recorder:
+    """Buffers per-round metrics and writes them in batches (one MLflow call per flush)."""
+
+    def __init__(self, cfg: DictConfig, flush_seconds: float = 5.0):
+        self.cfg = cfg
+        self.uri = resolve_tracking_uri(cfg.tracking.get("uri"))
+        self.client = None
+        self.flush_seconds = flush_seconds
+        self._pending: list = []
+        self._last_flush = time.monotonic()
+        self.run_id: str | None = None
+        self._skip_through = 0
+
+    def check_reachable(self) -> None:
+        """Fail before training when the store cannot be reached (in seconds, not after retries)."""
+        probe_server(self.uri)
+        try:
+            self.client, self.experiment_id = open_store(self.uri, self.cfg.tracking.experiment)
+        except FedbenchError:
+            raise
+        except Exception as exc:
+            raise FedbenchError(f"cannot use the MLflow tracking store {self.uri}: {one_line(exc)}") from None
+
+    def find_previous(self, config_hash: str):
+        """The newest run of this experiment with the same config hash, FINISHED ones first; or None."""
+        runs = self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.config_hash = '{config_hash}'",
+            order_by=["attributes.start_time DESC"], max_results=50,
+        )
+        finished = [r for r in runs if r.info.status == "FINISHED"]
+        return (finished or runs or [None])[0]
+
+    def finished_run(self, run_id: str):
+        """The run if it is in the store and FINISHED, else None."""
+        try:
+            run = self.client.get_run(run_id)
+        except Exception:
+            return None
+        return run if run.info.status == "FINISHED" else None
+
+    def summary_of(self, run) -> dict[str, Any]:
+        """The summary of a finished run, read back from MLflow (for a skipped sweep job)."""
+        metrics, rounds = run.data.metrics, int(self.cfg.rounds)
+        accs = self.client.get_metric_history(run.info.run_id, "test_accuracy")
+        return {
+            "run_id": run.info.run_id, "status": run.info.status, "skipped": True,
+            "final_accuracy": metrics.get("test_accuracy"),
+            "best_accuracy": max((m.value for m in accs), default=None),
+            "final_loss": metrics.get("test_loss"),
+            "rounds": rounds, "wall_time": metrics.get("wall_time", 0.0), "tracking_uri": self.uri,
+            "rounds_to_target": {
+                float(t): (int(metrics[target_key(float(t))]) if target_key(float(t)) in metrics else None)
+                for t in self.cfg.get("targets") or []
+            },
+        }
+
+    @store_call
+    def start(self, tags: dict[str, str], run_id: str | None = None, logged_through: int = 0) -> str:
+        from mlflow.entities import Param, RunTag
+
+        if run_id is not None:  # resuming: skip the rounds already in the record
+            self.run_id = run_id
+            try:
+                self.client.update_run(run_id, status="RUNNING")
+                logged = self.client.get_metric_history(run_id, "floats_up")
+            except Exception:
+                raise FedbenchError(
+                    f"the checkpoint belongs to MLflow run {run_id}, which is not in {self.uri}; "
+                    "set tracking.uri to the store the run was recorded in") from None
+            for key in ("failure_round", "failure_reason"):  # the earlier failure is over
+                if key in tags_of(self.client.get_run(run_id)):
+                    self.client.delete_tag(run_id, key)
+            # Rounds are flushed before each checkpoint, so the record holds at least the
+            # checkpoint's rounds; rounds logged after it are recomputed identically but not re-logged.
+            self._skip_through = max([logged_through, *(m.step for m in logged)])
+            return run_id
+        run = self.client.create_run(self.experiment_id, run_name=self.cfg.tracking.get("run_name"), tags=tags)
+        self.run_id = run.info.run_id
+        params = [Param(k, v) for k, v in flatten_config(self.cfg).items()]
+        for i in range(0, len(params), 100):
+            self.client.log_batch(self.run_id, params=params[i : i + 100])
+        self.client.log_batch(self.run_id, tags=[RunTag("git_commit", git_commit())])
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "config.yaml"
+            path.write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
+            self.client.log_artifact(self.run_id, str(path))
+        return self.run_id
+
+    def log_round(self, metrics: dict[str, float], force: bool = False) -> None:
+        from mlflow.entities import Metric
+
+        step = int(metrics["round"])
+        if step <= self._skip_through:
+            return
+        stamp = int(time.time() * 1000)
+        self._pending.append([Metric(k, float(v), stamp, step) for k, v in metrics.items() if k != "round"])
+        if force or time.monotonic() - self._last_flush > self.flush_seconds:
+            self.flush()
+
+    @store_call
+    def flush(self) -> None:
+        """Write the buffered rounds, whole rounds per batch (a batch is one transaction, so a crash
+        never leaves half a round in the record)."""
+        batch: list = []
+        for round_metrics in self._pending:
+            if batch and len(batch) + len(round_metrics) > 1000:
+                self.client.log_batch(self.run_id, metrics=batch)
+                batch = []
+            batch += round_metrics
+        if batch:
+            self.client.log_batch(self.run_id, metrics=batch)
+        self._pending = []
+        self._last_flush = time.monotonic()
+
+    @store_call
+    def set_tags(self, tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    @store_call
+    def finish(self, history: list[dict[str, float]], status: str = "FINISHED", artifacts: bool = True) -> dict[str, Any]:
+        """Log rounds-to-target and artifacts, end the run; returns the summary."""
+        from mlflow.entities import Metric
+
+        self.flush()
+        rounds = int(self.cfg.rounds)
+        summary: dict[str, Any] = {"run_id": self.run_id, "status": status}
+        targets = {}
+        for t in self.cfg.get("targets") or []:
+            reached = rounds_to_target(history, float(t))
+            targets[float(t)] = reached
+            key = target_key(float(t))
+            self.set_tags({key: format_rounds(reached, rounds)})
+            if reached is not None:
+                self.client.log_batch(self.run_id, metrics=[Metric(key, reached, int(time.time() * 1000), 0)])
+        summary["rounds_to_target"] = targets
+        if artifacts and history:
+            frame = pd.DataFrame(history)
+            with tempfile.TemporaryDirectory() as tmp:
+                csv = Path(tmp) / "metrics.csv"
+                frame.to_csv(csv, index=False)
+                self.client.log_artifact(self.run_id, str(csv))
+                png = plot_curves(frame, Path(tmp) / "curves.png", f"{self.cfg.algorithm.name} on {self.cfg.dataset.name}")
+                if png is not None:
+                    self.client.log_artifact(self.run_id, str(png))
+        self.client.set_terminated(self.run_id, status=status)
+        return summary
+
+    def fail(self, round_: int, reason: str, status: str = "FAILED", quiet: bool = False) -> bool:
+        """End the run as FAILED or KILLED with its reason; best effort, since the store itself may
+        be what failed (the original error is the one to report). Returns whether it was marked."""
+        if self.run_id is None:
+            return False
+        try:
+            self.flush()
+        except Exception:
+            self._pending = []
+        try:
+            self.set_tags({"failure_round": str(round_), "failure_reason": reason[:5000]})
+            self.client.set_terminated(self.run_id, status=status)
+            return True
+        except Exception as exc:
+            if not quiet:
+                print(f"fedbench: could not mark MLflow run {self.run_id} {status}: {one_line(exc)}", file=sys.stderr)
+            return False

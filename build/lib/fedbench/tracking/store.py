@@ -1,0 +1,100 @@
+"""Where runs are recorded: the embedded local MLflow store under outputs/, or a server."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from fedbench.errors import FedbenchError
+
+DEFAULT_OUTPUTS = Path("outputs")
+
+
+class StoreError(FedbenchError):
+    """The tracking store failed while a run was being recorded (full disk, dead server)."""
+
+    exit_code = 1
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one short line (sqlalchemy and MLflow errors carry SQL and URLs on many lines)."""
+    text = " ".join(str(exc).split())
+    for noise in (" [SQL:", " (Background on this error"):  # sqlalchemy's statement and help link
+        text = text.split(noise)[0]
+    return f"{exc.__class__.__name__}: {text[:300]}"
+
+
+def default_tracking_uri(outputs: Path = DEFAULT_OUTPUTS) -> str:
+    """A SQLite store (MLflow's file store is in maintenance mode and refuses new stores)."""
+    try:
+        outputs.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FedbenchError(f"cannot create the local MLflow store in {outputs.resolve()}: {exc.strerror or exc}; "
+                            "run from a writable folder or set tracking.uri") from None
+    return f"sqlite:///{(outputs / 'mlflow.db').resolve()}"
+
+
+def default_artifact_root(outputs: Path = DEFAULT_OUTPUTS) -> str:
+    return (outputs / "mlartifacts").resolve().as_uri()
+
+
+def resolve_tracking_uri(uri: str | None) -> str:
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+
+
+def probe_server(uri: str, timeout: float = 5.0) -> None:
+    """Connect once to an http(s) tracking server: MLflow's own client retries a refused
+    connection with backoff for minutes before it gives up."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("http", "https"):
+        return
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        socket.create_connection((parsed.hostname, port), timeout=timeout).close()
+    except OSError as exc:
+        raise FedbenchError(
+            f"cannot reach the MLflow tracking server {uri}: {exc.strerror or exc}. Start it "
+            "(mlflow server --port ...) or use the local store (tracking.uri=null)"
+        ) from None
+
+
+def open_store(uri: str, experiment: str):
+    """An MlflowClient on `uri` and the experiment's id (created if missing).
+
+    A fresh SQLite store is created by MLflow's schema migrations on first use; processes that
+    start at once race on them and can leave the database unusable. The first use therefore
+    happens under a file lock beside the database, so any number of runs may start together."""
+    from mlflow.tracking import MlflowClient
+
+    if not uri.startswith("sqlite:///"):
+        client = MlflowClient(uri)
+        return client, ensure_experiment(client, experiment, uri)
+    from filelock import FileLock
+
+    db = Path(uri.removeprefix("sqlite:///"))
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(db) + ".lock", timeout=600)
+        with lock:
+            client = MlflowClient(uri)
+            return client, ensure_experiment(client, experiment, uri)
+    except OSError as exc:
+        raise FedbenchError(f"cannot use the MLflow tracking store {uri}: {exc.strerror or exc}") from None
+
+
+def ensure_experiment(client, name: str, uri: str) -> str:
+    """The experiment's id, creating it (with artifacts under outputs/ for the local store)."""
+    existing = client.get_experiment_by_name(name)
+    if existing is not None:
+        return existing.experiment_id
+    artifact_location = default_artifact_root() if uri.startswith("sqlite:") else None
+    try:
+        return client.create_experiment(name, artifact_location=artifact_location)
+    except Exception:  # a concurrent job created it first
+        existing = client.get_experiment_by_name(name)
+        if existing is None:
+            raise
+        return existing.experiment_id
