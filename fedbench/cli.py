@@ -39,6 +39,32 @@ Examples:
   fedbench run --cfg job dataset=fmnist          # print the composed config and exit
 """
 
+HYDRA_FLAGS = """Hydra flags that `fedbench run` passes through:
+  --cfg,-c job|hydra|all   show the config instead of running (--resolve: resolve interpolations)
+  --package,-p PKG         the config package to show
+  --multirun,-m            run a grid with the configured launcher and sweeper
+  --config-dir,-cd DIR     add a folder of your own config groups
+  --info,-i                all|config|defaults|defaults-tree|plugins|searchpath
+  key=value                override a config value (dots for nested keys: partition.alpha=0.3)
+`fedbench list` shows the choices of every config group."""
+
+
+def top_level_keys_help() -> str:
+    """`fedbench run --help`: the top-level keys of config.yaml with their defaults, and the groups."""
+    from omegaconf import OmegaConf
+
+    path = CONF_DIR / "config.yaml"
+    if not path.is_file():
+        return ""
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    groups = [f"{k}={v}" for d in raw.get("defaults", []) if isinstance(d, dict) for k, v in d.items()]
+    keys = [f"{k}={v}" for k, v in raw.items() if k not in ("defaults", "hydra") and not isinstance(v, dict)]
+    nested = [f"{k}.{j}={v}" for k, sub in raw.items() if k not in ("defaults", "hydra") and isinstance(sub, dict)
+              for j, v in sub.items()]
+    return ("\n\nTop-level keys and their defaults (fedbench/conf/config.yaml):\n\n  " + "  ".join(keys + nested)
+            + "\n\nGroups and their defaults (`fedbench list` shows the choices):\n\n  " + "  ".join(groups))
+
+
 app = typer.Typer(
     name="fedbench",
     help="Federated-optimization benchmark: batched-client engine, paper algorithms, MLflow record.",
@@ -145,6 +171,12 @@ def hydra_main(argv: list[str]) -> int:
         origin = "FEDBENCH_CONF" if os.environ.get("FEDBENCH_CONF") else "the installed package"
         raise ConfigError(f"no config.yaml in the config directory {CONF_DIR} (from {origin}); point FEDBENCH_CONF "
                           "at a copy of fedbench/conf, or unset it to use the packaged configs")
+    if "--hydra-help" in argv:  # Hydra's own text advertises a shell completion that `fedbench run` cannot offer
+        typer.echo(HYDRA_FLAGS)
+        return 0
+    if any(a in ("-sc", "--shell-completion") or a.startswith("--shell-completion=") for a in argv):
+        raise ConfigError("shell completion is not available for fedbench run: Hydra's completion script expects "
+                          "a standalone program; `fedbench list` shows every choice")
     for flag, value in zip(argv, argv[1:]):
         if flag in ("--config-dir", "-cd") and not Path(value).is_dir():
             raise ConfigError(f"{flag} {value}: no such folder (it adds config groups, e.g. my_conf/algorithm/x.yaml)")
@@ -166,7 +198,7 @@ def hydra_main(argv: list[str]) -> int:
 
 @app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    epilog=RUN_EXAMPLES,
+    epilog=RUN_EXAMPLES + top_level_keys_help(),
 )
 def run(
     ctx: typer.Context,
@@ -220,18 +252,49 @@ def list_choices() -> None:
     from fedbench.data import DATASETS, PARTITIONS
     from fedbench.models import MODELS
 
-    for title, registry in (
-        ("algorithms", load_all()),
-        ("datasets", DATASETS),
-        ("partitions", PARTITIONS),
-        ("models", MODELS),
-    ):
+    groups = (("algorithms", "algorithm", load_all()), ("datasets", "dataset", DATASETS),
+              ("partitions", "partition", PARTITIONS), ("models", "model", MODELS))
+    for title, group, registry in groups:
         typer.echo(f"{title}:")
         for name, doc in registry.describe().items():
+            if title == "datasets" and name == "fmnist":
+                from fedbench.data.datasets import fmnist_folder
+
+                found = fmnist_folder()
+                doc += f" [found: {found}]" if found else " [not found: apt-get install dataset-fashion-mnist]"
             typer.echo(f"  {name:<16} {doc}")
             if title == "algorithms" and (imposed := imposed_settings(CONF_DIR / "algorithm" / f"{name}.yaml")):
                 shown = ', '.join(f"{k}={'null' if v is None else v}" for k, v in imposed.items())
                 typer.echo(f"  {'':<16}   imposes: {shown}")
+        variants = _variants(group, registry.names())
+        if variants:
+            typer.echo(f"{group} variants ({group}=<file>: a registered {group} with other defaults):")
+            for stem, name, comment in variants:
+                typer.echo(f"  {stem:<16} -> {name}: {comment[:100]}")
+    presets = sorted(str(p.relative_to(CONF_DIR / "experiment").with_suffix(""))
+                     for p in (CONF_DIR / "experiment").rglob("*.yaml"))
+    typer.echo("experiments (experiment=<name>: a paper's setting; fedbench reproduce list shows the claims):")
+    for i in range(0, len(presets), 5):
+        typer.echo("  " + "  ".join(f"{p:<22}" for p in presets[i:i + 5]).rstrip())
+
+
+def _variants(group: str, registered: list[str]) -> list[tuple[str, str, str]]:
+    """Config files of a group that are not a registered name: (file, the registered name it selects,
+    its first comment line)."""
+    from omegaconf import OmegaConf
+
+    out = []
+    for path in sorted((CONF_DIR / group).glob("*.yaml")):
+        if path.stem in registered:
+            continue
+        raw = OmegaConf.load(path)
+        name = OmegaConf.select(raw, "algorithm.name" if group == "algorithm" and "algorithm" in raw else "name")
+        base = next((d for d in raw.get("defaults", []) if isinstance(d, str) and d != "_self_"), None)
+        name = name or base  # a variant that extends a sibling file (losac_paper: defaults [losac])
+        comment = next((ln.lstrip("# ").strip() for ln in path.read_text().splitlines()
+                        if ln.startswith("#") and "@package" not in ln), "")
+        out.append((path.stem, str(name), comment))
+    return out
 
 
 def imposed_settings(path: Path) -> dict[str, str]:

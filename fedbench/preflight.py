@@ -20,6 +20,12 @@ def group_choices(conf_dir: Path, group: str, extra_dirs: tuple[Path, ...] = ())
     return sorted(names)
 
 
+def top_level_keys(conf_dir: Path) -> set[str]:
+    from omegaconf import OmegaConf
+
+    return {k for k in OmegaConf.load(conf_dir / "config.yaml") if k not in ("defaults", "hydra")}
+
+
 def extra_config_dirs(argv: list[str]) -> tuple[Path, ...]:
     """Hydra's --config-dir/-cd folders: more config groups, searched with the packaged ones."""
     return tuple(Path(v).absolute() for f, v in zip(argv, argv[1:]) if f in ("--config-dir", "-cd"))
@@ -50,6 +56,7 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
     from fedbench.config import validate
 
     overrides = hydra_overrides(argv)
+    check_plugins(overrides)
     extra = extra_config_dirs(argv)
     search = [f"hydra.searchpath=[{','.join(d.as_uri() for d in extra)}]"] if extra else []
     check_output_dir(conf_dir, overrides, multirun="--multirun" in argv or "-m" in argv)
@@ -61,9 +68,13 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
             jobs = expand_jobs([a for a in overrides if not a.startswith(("hydra.", "hydra/"))])
         except OverrideParseException as exc:
             raise ConfigError(f"cannot parse the overrides: {exc}") from None
+    top_keys = top_level_keys(conf_dir)
     for job in jobs[:MAX_JOBS_CHECKED]:
         for item in job:
             key, _, value = item.lstrip("+~").partition("=")
+            root = key.split(".")[0].split("/")[0]
+            if not item.startswith("+") and root not in top_keys and root not in GROUPS and root != "hydra":
+                raise unknown_choice("top-level key", root, sorted(top_keys | set(GROUPS)))
             if key in GROUPS and value not in ("null", ""):
                 choices = group_choices(conf_dir, key, extra)
                 if value not in choices:
@@ -132,3 +143,26 @@ def overrides_without_sweeps(overrides: list[str]) -> list[str]:
 
     parsed = OverridesParser.create().parse_overrides(overrides)
     return [o.input_line for o in parsed if not o.is_sweep_override()]
+
+
+# Hydra plugins a command line may select, with what installs them.
+PLUGINS = {
+    ("launcher", "joblib"): ("hydra_plugins.hydra_joblib_launcher", "pip install -e '.[sweeps]' (in a checkout; or the extra sweeps of fedbench-bench)"),
+    ("sweeper", "optuna"): ("hydra_plugins.hydra_optuna_sweeper", "pip install -e '.[tune]' (in a checkout; or the extra tune of fedbench-bench)"),
+    ("launcher", "ray_cluster"): ("hydra_plugins.hydra_ray_launcher", "bash scripts/install_ray.sh"),
+    ("launcher", "submitit_slurm"): ("hydra_plugins.hydra_submitit_launcher", "pip install hydra-submitit-launcher"),
+    ("launcher", "submitit_local"): ("hydra_plugins.hydra_submitit_launcher", "pip install hydra-submitit-launcher"),
+}
+
+
+def check_plugins(overrides: list[str]) -> None:
+    """A launcher or sweeper whose plugin is not installed: one line naming what installs it."""
+    import importlib.util
+
+    for item in overrides:
+        key, _, value = item.lstrip("+~").partition("=")
+        if key in ("hydra/launcher", "hydra/sweeper"):
+            kind = key.split("/")[1]
+            plugin = PLUGINS.get((kind, value))
+            if plugin is not None and importlib.util.find_spec(plugin[0]) is None:
+                raise ConfigError(f"{key}={value} needs a Hydra plugin that is not installed: {plugin[1]}")

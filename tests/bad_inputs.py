@@ -25,7 +25,8 @@ CASES: list[tuple[str, str]] = [
     ("+algorithm.mu=0.1", "Unknown parameter algorithm.mu for algorithm 'fedavg'"),
     ("+model.width=3", "Unknown parameter model.width for model 'mclr'"),
     ("+dataset.scale=2", "Unknown parameter dataset.scale for dataset 'digits'"),
-    ("learning_rate=0.1", "Could not override 'learning_rate'"),
+    ("learning_rate=0.1", "Unknown top-level key 'learning_rate'"),
+    ("roundz=5", "Unknown top-level key 'roundz'. Available: aggregation, algorithm"),
     # sizes and counts
     ("rounds=0", "rounds must be an integer >= 1, got 0"),
     ("rounds=-5", "rounds must be an integer >= 1, got -5"),

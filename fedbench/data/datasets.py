@@ -96,18 +96,31 @@ def _idx_dataset(
 
 def _missing_hint(name: str, folders: list[Path]) -> str:
     stems = ", ".join(f"{s}[.gz]" for s in _IDX_STEMS.values())
-    return f"{name} not found: place {stems} in {folders[0]}"
+    debian = " (on Debian/Ubuntu: apt-get install dataset-fashion-mnist)" if DEBIAN_FASHION_MNIST in folders else ""
+    return f"{name} not found: place {stems} in {folders[0]}{debian}"
 
 
-@DATASETS.register("fmnist", "Fashion-MNIST, 28x28 grey, 60,000/10,000 (IDX files; Debian package found)")
+def fmnist_folder(root: str = "data") -> Path | None:
+    """Where `fmnist` would be read from (the first folder holding all four IDX files), or None."""
+    for folder in _fmnist_folders(root):
+        if all(find_idx_file(folder, stem) for stem in _IDX_STEMS.values()):
+            return folder
+    return None
+
+
+def _fmnist_folders(root: str) -> list[Path]:
+    folders = [Path(root) / "fmnist", Path(root) / "FashionMNIST" / "raw", DEBIAN_FASHION_MNIST]
+    if env := os.environ.get("FEDBENCH_FMNIST_DIR"):
+        folders.insert(0, Path(env))
+    return folders
+
+
+@DATASETS.register("fmnist", "Fashion-MNIST, 28x28 grey, 60,000/10,000 (IDX files; Debian: dataset-fashion-mnist)")
 def fmnist(
     root: str = "data", download: bool = False, mean: float | None = 0.2860, std: float | None = 0.3530, binary: bool = False
 ) -> Dataset:
     """`mean`/`std` null: pixels in [0, 1]; FedADMM normalises FMNIST with MNIST's 0.1307/0.3081."""
-    folders = [Path(root) / "fmnist", Path(root) / "FashionMNIST" / "raw", DEBIAN_FASHION_MNIST]
-    if env := os.environ.get("FEDBENCH_FMNIST_DIR"):
-        folders.insert(0, Path(env))
-    return _idx_dataset("fmnist", folders, "FashionMNIST", root, download, mean, std, binary)
+    return _idx_dataset("fmnist", _fmnist_folders(root), "FashionMNIST", root, download, mean, std, binary)
 
 
 @DATASETS.register("mnist", "MNIST, 28x28 grey, 60,000/10,000 (IDX files, torchvision download)")
