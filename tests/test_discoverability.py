@@ -62,3 +62,25 @@ def test_missing_fashion_mnist_names_the_debian_package():
 
     assert _missing_hint("fmnist", _fmnist_folders("/nowhere")).endswith(
         "(on Debian/Ubuntu: apt-get install dataset-fashion-mnist)")
+
+
+def test_mlflow_runs_have_readable_names_a_source_and_open_on_the_runs_table(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from fedbench.runner import run_job
+    from tests.conftest import make_cfg
+    from tests.faultkit import SMALL
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    run_job(make_cfg(f"tracking.uri={uri}", *SMALL, "rounds=1", "partition.alpha=0.1", "seed=3"), tmp_path / "a",
+            quiet=True)
+    run_job(make_cfg(f"tracking.uri={uri}", *SMALL, "rounds=1", "partition=iid", "algorithm=fedprox",
+                     "tracking.run_name=mine"), tmp_path / "b", quiet=True)
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("fedbench")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    found = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert set(found) == {"fedavg-digits-dir0.1-s3", "mine"}
+    tags = found["mine"].data.tags
+    assert tags["mlflow.source.name"] == "fedbench run" and tags["mlflow.source.type"] == "LOCAL"
+    assert tags["mlflow.user"] and tags["mlflow.source.git.commit"] == tags["git_commit"]

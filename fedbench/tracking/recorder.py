@@ -33,6 +33,25 @@ def flatten_config(cfg: DictConfig) -> dict[str, str]:
     return out
 
 
+def readable_run_name(cfg: DictConfig) -> str:
+    """`fedavg-fmnist-dir0.1-s0`: algorithm, data set, partition (with its skew parameter), seed."""
+    partition = str(cfg.partition.name)
+    short = {"dirichlet": "dir", "dirichlet_balanced": "dirbal", "quantity_skew": "qskew", "label_k": "labels",
+             "shards": "shards", "c_noniid": "c"}.get(partition, partition)
+    skew = next((cfg.partition[k] for k in ("alpha", "c", "k", "shards_per_client", "beta") if k in cfg.partition), None)
+    part = f"{short}{skew:g}" if isinstance(skew, (int, float)) and not isinstance(skew, bool) else short
+    return f"{cfg.algorithm.name}-{cfg.dataset.name}-{part}-s{cfg.seed}"
+
+
+def _user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in a container
+        return "unknown"
+
+
 def tags_of(run) -> dict[str, str]:
     return dict(run.data.tags)
 
@@ -140,7 +159,12 @@ class Recorder:
             # checkpoint's rounds; rounds logged after it are recomputed identically but not re-logged.
             self._skip_through = max([logged_through, *(m.step for m in logged)])
             return run_id
-        run = self.client.create_run(self.experiment_id, run_name=self.cfg.tracking.get("run_name"), tags=tags)
+        from mlflow.utils import mlflow_tags
+
+        source = {mlflow_tags.MLFLOW_SOURCE_NAME: "fedbench run", mlflow_tags.MLFLOW_SOURCE_TYPE: "LOCAL",
+                  mlflow_tags.MLFLOW_USER: _user(), mlflow_tags.MLFLOW_GIT_COMMIT: git_commit()}
+        name = self.cfg.tracking.get("run_name") or readable_run_name(self.cfg)
+        run = self.client.create_run(self.experiment_id, run_name=name, tags={**source, **tags})
         self.run_id = run.info.run_id
         params = [Param(k, v) for k, v in flatten_config(self.cfg).items()]
         for i in range(0, len(params), 100):

@@ -61,6 +61,11 @@ def probe_server(uri: str, timeout: float = 5.0) -> None:
         ) from None
 
 
+# MLflow 3's UI opens an experiment of this kind on its runs table (not the GenAI overview).
+EXPERIMENT_KIND = "mlflow.experimentKind"
+EXPERIMENT_KIND_TAG = (EXPERIMENT_KIND, "custom_model_development")
+
+
 def open_store(uri: str, experiment: str):
     """An MlflowClient on `uri` and the experiment's id (created if missing).
 
@@ -89,10 +94,12 @@ def ensure_experiment(client, name: str, uri: str) -> str:
     """The experiment's id, creating it (with artifacts under outputs/ for the local store)."""
     existing = client.get_experiment_by_name(name)
     if existing is not None:
+        if EXPERIMENT_KIND not in existing.tags:
+            client.set_experiment_tag(existing.experiment_id, *EXPERIMENT_KIND_TAG)
         return existing.experiment_id
     artifact_location = default_artifact_root() if uri.startswith("sqlite:") else None
     try:
-        return client.create_experiment(name, artifact_location=artifact_location)
+        return client.create_experiment(name, artifact_location=artifact_location, tags=dict([EXPERIMENT_KIND_TAG]))
     except Exception:  # a concurrent job created it first
         existing = client.get_experiment_by_name(name)
         if existing is None:
