@@ -158,6 +158,7 @@ def run_job(
     summary = recorder.finish(state.history, artifacts=bool(cfg.tracking.get("artifacts", True)))
     accs = [h["test_accuracy"] for h in state.history if "test_accuracy" in h]
     summary.update(
+        history=state.history,
         final_accuracy=accs[-1] if accs else None,
         best_accuracy=max(accs) if accs else None,
         final_loss=next((h["test_loss"] for h in reversed(state.history) if "test_loss" in h), None),
