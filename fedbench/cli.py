@@ -108,7 +108,7 @@ def _hydra_task(cfg) -> float:
     from hydra.types import RunMode
 
     from fedbench.runner import objective_value, run_job
-    from fedbench.sweep import FAILED_MARKER
+    from fedbench.multirun import FAILED_MARKER
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
@@ -162,7 +162,7 @@ def hydra_main(argv: list[str]) -> int:
     """Hand `argv` to Hydra as if it were the command line; returns the exit code."""
     import hydra
 
-    from fedbench import sweep
+    from fedbench import multirun as sweep
     from fedbench.preflight import preflight
 
     from fedbench.errors import ConfigError

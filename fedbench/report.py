@@ -1,7 +1,8 @@
 """`fedbench report`: the papers' table shapes from a set of MLflow runs.
 
-One row per algorithm x setting: final and best test accuracy and rounds to target, mean and std
-over seeds, and the speed-up in rounds over a baseline algorithm. With --best-by, each
+One row per algorithm x setting (by default every config key that differs between the runs): final
+and best test accuracy and rounds to any target (from each run's history), mean and sample std over
+seeds, and the speed-up in rounds over a baseline algorithm. With --best-by, each
 algorithm x setting keeps only its best configuration (mean of the metric over seeds), the way
 the papers report each method at its "optimal hyperparameters".
 """
@@ -63,8 +64,10 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
                           "(e.g. \"tags.sweep_dir LIKE '%04-10%'\" or \"params.eta_l = '0.1'\")") from None
     rows = []
     for run in runs:
-        accs = [m.value for m in client.get_metric_history(run.info.run_id, "test_accuracy")]
+        history = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, "test_accuracy"))
+        accs = [v for _, v in history]
         rows.append({
+            "history": history,
             **{f"param:{k}": v for k, v in run.data.params.items()},
             **{f"tag:{k}": v for k, v in run.data.tags.items()},
             "run_id": run.info.run_id,
@@ -87,11 +90,33 @@ def one_run_per_config(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def rounds_to(frame: pd.DataFrame, target: float) -> pd.Series:
-    """Rounds to target per run; NaN where not reached (tag '>R')."""
-    col = f"tag:rounds_to_{target:g}"
-    if col not in frame:
-        raise typer.BadParameter(f"no run has a rounds_to_{target:g} tag; add {target:g} to the runs' targets")
-    return pd.to_numeric(frame[col], errors="coerce")
+    """Rounds to reach test accuracy >= target per run, from its recorded history (any target,
+    declared before the runs or not); NaN where not reached."""
+    return frame["history"].map(lambda h: next((float(r) for r, a in h if a >= target), float("nan")))
+
+
+def mean_last(frame: pd.DataFrame, k: int) -> pd.Series:
+    """Mean test accuracy over each run's last k recorded rounds (curves that swing round to round)."""
+    return frame["history"].map(lambda h: sum(a for _, a in h[-k:]) / len(h[-k:]) if h else float("nan"))
+
+
+def differing_settings(frame: pd.DataFrame, exclude_tuned: bool) -> list[str]:
+    """The config keys that differ between the runs (placement, seed and the algorithm aside): each
+    combination is a row. With --best-by the tuned keys (algorithm.*, step sizes) are what is chosen
+    per row, so they are not part of the setting."""
+    tuned = ("algorithm.", "eta_l", "eta_g")
+    keys = [c[6:] for c in hyperparameters(frame) if c != "param:algorithm.name"]
+    return [k for k in keys if not (exclude_tuned and k.startswith(tuned))]
+
+
+def mean_std(values: pd.Series, digits: int) -> str:
+    """Mean ± sample standard deviation over seeds; the mean alone for one seed."""
+    values = values.dropna()
+    if len(values) == 0:
+        return "-"
+    if len(values) == 1:
+        return f"{values.iloc[0]:.{digits}f}"
+    return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}"
 
 
 def hyperparameters(frame: pd.DataFrame) -> list[str]:
@@ -122,27 +147,42 @@ def best_configs(frame: pd.DataFrame, keys: list[str], settings: list[str], metr
     return kept
 
 
-def build_table(frame: pd.DataFrame, settings: list[str], target: float | None, baseline: str | None,
-                best_by: str | None) -> pd.DataFrame:
+def build_table(frame: pd.DataFrame, settings: list[str] | None, target: float | None, baseline: str | None,
+                best_by: str | None, last: int = 0) -> pd.DataFrame:
+    """`settings` None: every config key that differs between the runs (differing_settings)."""
     frame = frame.copy()
+    if settings is None:
+        settings = differing_settings(frame, exclude_tuned=best_by is not None)
     rounds = 0
     if target is not None:
         frame[f"rounds_to_{target:g}"] = rounds_to(frame, target)
-        rounds = pd.to_numeric(frame["param:rounds"]).max()
+        rounds = int(pd.to_numeric(frame["param:rounds"]).max())
+    if last:
+        frame[f"last_{last}_accuracy"] = mean_last(frame, last)
     frame["algorithm"] = frame["param:algorithm.name"]
-    frame["setting"] = _joined(frame, [f"param:{s}" for s in settings])
+    frame["setting"] = ""
+    if settings:
+        frame["setting"] = frame[[f"param:{s}" for s in settings]].apply(
+            lambda row: " ".join(f"{s}={'-' if pd.isna(v) else v}" for s, v in zip(settings, row)), axis=1)
     keys = ["algorithm", "setting"]
     if best_by:
         frame = best_configs(frame, keys, settings, best_by)
     groups = frame.groupby(keys, dropna=False)
     table = groups.size().rename("seeds").to_frame()
-    for metric in ("final_accuracy", "best_accuracy"):
-        table[metric] = groups[metric].agg(lambda s: f"{s.mean():.4f} ± {s.std(ddof=0):.4f}")
+    metrics = ["final_accuracy", "best_accuracy", *([f"last_{last}_accuracy"] if last else [])]
+    for metric in metrics:
+        table[metric] = groups[metric].agg(lambda v: mean_std(v, 4))
     if target is not None:
         col = f"rounds_to_{target:g}"
-        mean = groups[col].agg(lambda s: s.mean() if s.notna().all() else float("nan"))
-        table[col] = [f">{int(rounds)}" if pd.isna(m) else f"{m:.1f} ± {frame.loc[g.index, col].std(ddof=0):.1f}"
-                      for m, (_, g) in zip(mean, groups)]
+
+        def cell(v: pd.Series) -> str:
+            reached = v.notna().sum()
+            if reached == 0:
+                return f">{rounds} (0/{len(v)})"
+            return mean_std(v, 1) + ("" if reached == len(v) else f" ({reached}/{len(v)} reached)")
+
+        table[col] = groups[col].agg(cell)
+        mean = groups[col].agg(lambda v: v.mean() if v.notna().all() else float("nan"))  # all seeds reached
         if baseline is not None:
             base = mean.xs(baseline, level="algorithm") if baseline in mean.index.get_level_values(0) else None
             table[f"speed-up vs {baseline}"] = [
@@ -164,8 +204,9 @@ def to_markdown(table: pd.DataFrame) -> str:
 def report(
     experiment: Annotated[str, typer.Option(help="MLflow experiment (tracking.experiment of the runs).")] = "fedbench",
     filter_string: Annotated[str, typer.Option("--filter", help="MLflow search filter, e.g. \"tags.sweep_dir LIKE '%04-10%'\".")] = "",
-    setting: Annotated[list[str], typer.Option(help="Param(s) that make a setting (repeatable).")] = ["dataset.name", "partition.name"],  # noqa: B006
-    target: Annotated[float | None, typer.Option(help="Accuracy target for the rounds-to-target column.")] = None,
+    setting: Annotated[list[str] | None, typer.Option(help="Param(s) that make a setting (repeatable); default: every config key that differs between the runs.")] = None,
+    target: Annotated[float | None, typer.Option(help="Accuracy target for the rounds-to-target column (any value: computed from each run's history).")] = None,
+    last: Annotated[int, typer.Option(help="Add the mean test accuracy over each run's last K rounds.", metavar="K")] = 0,
     baseline: Annotated[str | None, typer.Option(help="Algorithm for the speed-up column (needs --target).")] = None,
     best_by: Annotated[str | None, typer.Option(help="Keep each algorithm's best config by this metric: final_accuracy | best_accuracy | final_loss | rounds_to_<t>.")] = None,
     fmt: Annotated[Format, typer.Option("--format", help="Output format.")] = Format.markdown,
@@ -190,7 +231,11 @@ def report(
     algorithms = sorted(frame["param:algorithm.name"].dropna().unique())
     if baseline is not None and baseline not in algorithms:
         raise unknown_choice("--baseline (an algorithm of these runs)", baseline, algorithms)
-    table = build_table(frame, setting, target, baseline, best_by)
+    if last < 0:
+        raise ConfigError(f"--last must be >= 0 (0 = no such column), got {last}")
+    if target is not None and not 0 < target <= 1:
+        raise ConfigError(f"--target must lie in (0, 1], got {target}")
+    table = build_table(frame, setting or None, target, baseline, best_by, last)
     text = table.to_csv(index=False) if fmt is Format.csv else to_markdown(table) + "\n"
     if output is None:
         typer.echo(text, nl=False)

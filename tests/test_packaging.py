@@ -15,8 +15,14 @@ from tests.faultkit import ROOT, SMALL, error_lines, fedbench
 
 @pytest.mark.slow
 def test_the_wheel_carries_the_configs_and_runs_in_an_empty_folder(tmp_path):
+    import shutil
+
+    source = tmp_path / "source"  # a clean copy: setuptools' build/ folder in a checkout may hold stale files
+    shutil.copytree(ROOT / "fedbench", source / "fedbench", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
     wheels = tmp_path / "wheels"
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(ROOT), "-w", str(wheels)],
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(source), "-w", str(wheels)],
                            capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-3000:]
     [wheel] = wheels.glob("*.whl")

@@ -56,7 +56,7 @@ def test_report_tables_from_the_sweep(sweep):
     assert list(table["seeds"]) == [4, 4]
     for alg in ("fedavg", "fedsgd"):
         accs = frame.loc[frame["param:algorithm.name"] == alg, "final_accuracy"]
-        assert table.loc[alg, "final_accuracy"] == f"{accs.mean():.4f} ± {accs.std(ddof=0):.4f}"
+        assert table.loc[alg, "final_accuracy"] == f"{accs.mean():.4f} ± {accs.std(ddof=1):.4f}"  # sample std
     best = build_table(frame, ["dataset.name"], 0.2, "fedavg", "final_accuracy").set_index("algorithm")
     for alg in ("fedavg", "fedsgd"):
         sub = frame[frame["param:algorithm.name"] == alg]
@@ -120,7 +120,7 @@ WRITER = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_eight_concurrent_writers_lose_nothing_on_sqlite(tmp_path):
-    """As in a sweep: the launching process creates the store (fedbench.sweep.SweepCallback; eight
+    """As in a sweep: the launching process creates the store (fedbench.multirun.SweepCallback; eight
     processes creating a fresh SQLite store at once race on MLflow's schema migrations)."""
     from mlflow.tracking import MlflowClient
 
@@ -155,4 +155,53 @@ def test_report_setting_with_a_param_some_algorithms_lack():
         "final_accuracy": [0.5, 0.6, 0.7], "best_accuracy": [0.5, 0.6, 0.7], "final_loss": [1.0, 0.9, 0.8],
     })
     table = build_table(frame, ["algorithm.blocks"], None, None, None)
-    assert sorted(zip(table["algorithm"], table["setting"])) == [("losac", "2"), ("losac", "5"), ("scaffold", "-")]
+    assert sorted(zip(table["algorithm"], table["setting"])) == [
+        ("losac", "algorithm.blocks=2"), ("losac", "algorithm.blocks=5"), ("scaffold", "algorithm.blocks=-")]
+
+
+def _frame(rows):
+    import pandas as pd
+
+    base = {"param:rounds": "10", "final_loss": 1.0}
+    frame = pd.DataFrame([{**base, **r} for r in rows])
+    frame["final_accuracy"] = frame["history"].map(lambda h: h[-1][1])
+    frame["best_accuracy"] = frame["history"].map(lambda h: max(a for _, a in h))
+    return frame
+
+
+def test_report_rounds_to_any_target_from_the_history_with_seeds_reached_and_sample_std():
+    from fedbench.report import build_table
+
+    up = [(r, r / 10) for r in range(1, 11)]  # reaches t at round 10 t
+    slow = [(r, r / 20) for r in range(1, 11)]  # never above 0.5
+    frame = _frame([
+        {"param:algorithm.name": "a", "param:seed": "0", "history": up},
+        {"param:algorithm.name": "a", "param:seed": "1", "history": [(r, min(1, a + 0.1)) for r, a in up]},
+        {"param:algorithm.name": "b", "param:seed": "0", "history": up},
+        {"param:algorithm.name": "b", "param:seed": "1", "history": slow},
+        {"param:algorithm.name": "c", "param:seed": "0", "history": slow},
+    ])
+    table = build_table(frame, None, 0.7, "a", None, last=3).set_index("algorithm")
+    assert table.loc["a", "rounds_to_0.7"] == "6.5 ± 0.7"  # rounds 7 and 6: sample std 0.707
+    assert table.loc["b", "rounds_to_0.7"] == "7.0 (1/2 reached)"
+    assert table.loc["c", "rounds_to_0.7"] == ">10 (0/1)"
+    assert table.loc["c", "final_accuracy"] == "0.5000"  # one seed: no "± 0"
+    assert table.loc["a", "speed-up vs a"] == "1.00x" and table.loc["b", "speed-up vs a"] == ""
+    assert table.loc["c", "last_3_accuracy"] == "0.4500"
+
+
+def test_report_groups_by_every_key_that_differs_and_best_by_tunes_the_step_size():
+    from fedbench.report import build_table
+
+    h = [(1, 0.5), (2, 0.6)]
+    rows = [{"param:algorithm.name": "a", "param:seed": str(s), "param:eta_l": lr, "param:partition.alpha": al,
+             "history": [(1, 0.5), (2, 0.6 + float(lr) + s / 100)]}
+            for s in (0, 1) for lr in ("0.1", "0.01") for al in ("0.1", "1.0")]
+    frame = _frame(rows)
+    table = build_table(frame, None, None, None, None)
+    assert sorted(table["setting"]) == sorted(f"eta_l={lr} partition.alpha={al}" for lr in ("0.1", "0.01") for al in ("0.1", "1.0"))
+    assert (table["seeds"] == 2).all()
+    best = build_table(frame, None, None, None, "final_accuracy")
+    assert sorted(best["setting"]) == ["partition.alpha=0.1", "partition.alpha=1.0"]
+    assert set(best["best config"]) == {"eta_l=0.1"}
+    assert h

@@ -1,3 +1,0 @@
-"""fedbench: a federated-optimization research benchmark over batched clients."""
-
-__version__ = "0.1.0"

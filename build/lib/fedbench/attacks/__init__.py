@@ -1,1 +1,0 @@
-"""Privacy evaluations of what algorithms transmit (gradient leakage)."""

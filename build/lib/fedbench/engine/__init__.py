@@ -1,1 +1,0 @@
-"""The engine: round loop, cohort sampling, vectorised local training, evaluation."""

@@ -1,1 +1,0 @@
-"""Reproductions of the papers' tables and figures: catalog, runs, comparison with the published numbers."""

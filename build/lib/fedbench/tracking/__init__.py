@@ -1,1 +1,0 @@
-"""Tracking: the MLflow record, rounds-to-target, tables and plots."""
