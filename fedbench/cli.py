@@ -12,6 +12,7 @@ import typer
 from fedbench import __version__
 from fedbench.errors import FedbenchError
 from fedbench.report import REPORT_EXAMPLES, report
+from fedbench.tracking.plot_cli import PLOT_EXAMPLES, plot
 from fedbench.reproduce.cli import app as reproduce_app
 
 CONF_DIR = Path(os.environ.get("FEDBENCH_CONF", Path(__file__).resolve().parent / "conf"))
@@ -243,6 +244,7 @@ def resume(
 
 
 app.command("report", epilog=REPORT_EXAMPLES)(report)
+app.command("plot", epilog=PLOT_EXAMPLES)(plot)
 
 
 @app.command("list")

@@ -36,7 +36,41 @@ def client_label_counts(overrides: list[str]):
     return cfg, dataset, parts, counts
 
 
-def save_heatmap(counts, path: Path, title: str) -> None:
+# Label names for the figures of the data sets that have them (else the label index is shown).
+CLASS_NAMES = {
+    "fmnist": ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"],
+    "cifar10": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"],
+    "har": ["walking", "upstairs", "downstairs", "sitting", "standing", "laying"],
+}
+STYLES = ("heatmap", "bars")
+
+
+def save_stacked_bars(counts, path: Path, title: str, class_names: list[str] | None) -> None:
+    """The usual partition figure: one bar per client, stacked by label."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    n, c = counts.shape
+    fig, ax = plt.subplots(figsize=(min(3 + 0.12 * n, 16), 4))
+    cmap = plt.get_cmap("tab10" if c <= 10 else "tab20")
+    bottom = np.zeros(n)
+    for label in range(c):
+        name = class_names[label] if class_names and label < len(class_names) else str(label)
+        ax.bar(np.arange(n), counts[:, label], bottom=bottom, width=0.9, color=cmap(label % cmap.N), label=name)
+        bottom += counts[:, label]
+    ax.set_xlabel("client")
+    ax.set_ylabel("samples")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, ncol=1 if c <= 10 else 2, bbox_to_anchor=(1.01, 1), loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def save_heatmap(counts, path: Path, title: str, class_names: list[str] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,6 +82,8 @@ def save_heatmap(counts, path: Path, title: str) -> None:
     im = ax.imshow(counts, aspect="auto", interpolation="nearest", cmap="viridis")
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    if class_names and len(class_names) == c:
+        ax.set_xticks(range(c), class_names, rotation=60, ha="right", fontsize=7)
     ax.set_xlabel("label")
     ax.set_ylabel("client")
     ax.set_title(title, fontsize=9)
@@ -63,6 +99,7 @@ def show(
     ctx: typer.Context,
     out: Annotated[Path | None, typer.Option("--out", help="PNG path of the client x label heat map.")] = None,
     rows: Annotated[int, typer.Option("--rows", help="Clients listed (0 = all).")] = 30,
+    style: Annotated[str, typer.Option("--style", help="heatmap (client x label) or bars (stacked per client).")] = "heatmap",
 ) -> None:
     """Print per-client sizes and label counts of a split and save its client x label heat map.
 
@@ -75,6 +112,10 @@ def show(
     from fedbench.errors import check, check_output_file
 
     check(rows >= 0, f"--rows must be >= 0 (0 lists every client), got {rows}")
+    if style not in STYLES:
+        from fedbench.errors import unknown_choice
+
+        raise unknown_choice("--style", style, STYLES)
     if out is not None:
         check_output_file(out, "--out")
     cfg, dataset, parts, counts = client_label_counts(list(ctx.args))
@@ -95,5 +136,11 @@ def show(
     if len(shown) < len(parts):
         typer.echo(f"... {len(parts) - len(shown)} more (--rows 0 lists all)")
     path = out or Path("outputs") / "partitions" / f"{cfg.dataset.name}_{cfg.partition.name}_{len(parts)}_{fp}.png"
-    save_heatmap(counts, path, f"{cfg.dataset.name} / {cfg.partition.name}, {len(parts)} clients, seed {cfg.seed}")
-    typer.echo(f"heat map: {path}")
+    skew = ", ".join(f"{k}={cfg.partition[k]}" for k in ("alpha", "c", "k", "shards_per_client") if k in cfg.partition)
+    title = f"{cfg.dataset.name}, {cfg.partition.name}{f' ({skew})' if skew else ''}, {len(parts)} clients, seed {cfg.seed}"
+    names = CLASS_NAMES.get(cfg.dataset.name) if dataset.task == "classification" else None
+    if style == "bars":
+        save_stacked_bars(counts, path, title, names)
+    else:
+        save_heatmap(counts, path, title, names)
+    typer.echo(f"{'heat map' if style == 'heatmap' else 'stacked bars'}: {path}")

@@ -120,6 +120,9 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("report --uri sqlite:///{tmp}/store.db --target 0.5 --baseline fedavgg", "Did you mean 'fedavg'?"),
     ("data show --out /nonexistent/x.png", "--out /nonexistent/x.png: the folder /nonexistent does not exist"),
     ("data show --rows -5", "--rows must be >= 0 (0 lists every client), got -5"),
+    ("data show --style pie", "Unknown --style 'pie'. Available: bars, heatmap."),
+    ("plot --x epoch", "Unknown --x 'epoch'. Available: floats_down, floats_up, round, wall_time."),
+    ("plot --uri sqlite:///{tmp}/store.db --metric acc --output {tmp}/p", "Unknown --metric (a metric these runs logged) 'acc'"),
     ("attack dlg --algorithms ''", "--algorithms names no algorithm (got '')"),
     ("attack dlg --attack-lr nan", "--attack-lr must be a finite number > 0, got nan"),
 ]

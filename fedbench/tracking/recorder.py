@@ -13,7 +13,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from fedbench.errors import FedbenchError
-from fedbench.tracking.plots import plot_curves
+from fedbench.tracking.plots import plot_curves, setting_title
 from fedbench.tracking.store import StoreError, one_line, open_store, probe_server, resolve_tracking_uri
 from fedbench.tracking.targets import format_rounds, rounds_to_target, target_key
 
@@ -231,7 +231,7 @@ class Recorder:
                 csv = Path(tmp) / "metrics.csv"
                 frame.to_csv(csv, index=False)
                 self.client.log_artifact(self.run_id, str(csv))
-                png = plot_curves(frame, Path(tmp) / "curves.png", f"{self.cfg.algorithm.name} on {self.cfg.dataset.name}")
+                png = plot_curves(frame, Path(tmp) / "curves.png", setting_title(self.cfg))
                 if png is not None:
                     self.client.log_artifact(self.run_id, str(png))
         self.client.set_terminated(self.run_id, status=status)
