@@ -120,7 +120,8 @@ def _hydra_task(cfg) -> float:
     marker = out / FAILED_MARKER
     marker.unlink(missing_ok=True)
     try:
-        summary = run_job(cfg, out, tags=tags, sweep=multirun)
+        label = f"job {hc.job.num}" if multirun else ""
+        summary = run_job(cfg, out, tags=tags, sweep=multirun, label=label, log_file=out / f"{hc.job.name}.log")
     except KeyboardInterrupt:
         typer.echo(f"error: interrupted; the checkpoint of the last whole round is in {out}; "
                    f"continue with: fedbench resume {out}", err=True)

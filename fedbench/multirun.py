@@ -33,7 +33,11 @@ class SweepCallback(Callback):
         open_store(uri, config.tracking.experiment)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from fedbench.runner import mlflow_hint
+        from fedbench.tracking.store import resolve_tracking_uri
+
         FAILURES.extend(collect_failures(Path(config.hydra.sweep.dir)))
+        print(f"\nsweep {config.hydra.sweep.dir}: open the runs with {mlflow_hint(resolve_tracking_uri(config.tracking.get('uri')))}")
 
 
 def collect_failures(sweep_dir: Path) -> list[str]:

@@ -41,7 +41,8 @@ def config_hash(cfg: DictConfig) -> str:
 
 
 def run_job(
-    cfg: DictConfig, run_dir: Path, quiet: bool = False, tags: dict[str, str] | None = None, sweep: bool = False
+    cfg: DictConfig, run_dir: Path, quiet: bool = False, tags: dict[str, str] | None = None, sweep: bool = False,
+    label: str = "", log_file: Path | None = None,
 ) -> dict[str, Any]:
     """Train one configuration; raises FedbenchError subclasses for the CLI to report.
 
@@ -51,6 +52,7 @@ def run_job(
     """
     from fedbench.tracking.recorder import Recorder
 
+    say = JobOutput(label, log_file, quiet)
     quiet_libraries()
     if cfg.engine.get("threads"):
         torch.set_num_threads(int(cfg.engine.threads))
@@ -65,9 +67,8 @@ def run_job(
     if sweep and cfg.tracking.get("skip_finished", True):
         previous = recorder.find_previous(digest)
         if previous is not None and previous.info.status == "FINISHED":
-            if not quiet:
-                print(f"fedbench: skipped, this configuration FINISHED as MLflow run {previous.info.run_id} "
-                      "(tracking.skip_finished=false runs it again)", file=sys.stderr)
+            say(f"skipped, this configuration FINISHED as MLflow run {previous.info.run_id} "
+                "(tracking.skip_finished=false runs it again)")
             return recorder.summary_of(previous)
         if previous is not None and (Path(previous.data.tags.get("run_dir", "")) / CHECKPOINT_NAME).is_file():
             run_dir = Path(previous.data.tags["run_dir"])  # continue where the interrupted job wrote
@@ -81,13 +82,9 @@ def run_job(
         resumed_run_id = meta["run_id"]
         done = recorder.finished_run(resumed_run_id) if state.round >= fed.rounds else None
         if done is not None:  # nothing left to train or record: never log targets or artifacts twice
-            if not quiet:
-                print(f"fedbench: MLflow run {resumed_run_id} already FINISHED all {fed.rounds} rounds; "
-                      "nothing to resume", file=sys.stderr)
+            say(f"MLflow run {resumed_run_id} already FINISHED all {fed.rounds} rounds; nothing to resume")
             return recorder.summary_of(done)
-        if not quiet:
-            print(f"fedbench: resuming MLflow run {resumed_run_id} from round {state.round} ({checkpoint})",
-                  file=sys.stderr)
+        say(f"resuming MLflow run {resumed_run_id} from round {state.round} ({checkpoint})")
     run_id = recorder.start(
         {
             "partition_fingerprint": info.partition_fingerprint,
@@ -102,26 +99,28 @@ def run_job(
         run_id=resumed_run_id,
         logged_through=state.round,
     )
-    if not quiet:
-        print(
-            f"fedbench: {cfg.algorithm.name} on {cfg.dataset.name} ({info.num_train} train / {info.num_test} test), "
-            f"partition {cfg.partition.name} [{info.partition_fingerprint}], model {cfg.model.name} d={info.dim:,}, "
-            f"{cfg.clients_per_round}/{cfg.num_clients} clients per round, executor {info.executor} on {info.device}",
-            file=sys.stderr,
-        )
+    if label and tags and tags.get("overrides"):
+        say(f"overrides: {tags['overrides']}")
+    say(f"{cfg.algorithm.name} on {cfg.dataset.name} ({info.num_train} train / {info.num_test} test), "
+        f"partition {cfg.partition.name} [{info.partition_fingerprint}], model {cfg.model.name} d={info.dim:,}, "
+        f"{cfg.clients_per_round}/{cfg.num_clients} clients per round, executor {info.executor} on {info.device}")
     bar = None
-    if not quiet:
+    if not quiet and sys.stderr.isatty():  # a bar on a terminal; plain lines in a log
         from tqdm import tqdm
 
-        bar = tqdm(total=fed.rounds, initial=state.round, desc="rounds", file=sys.stderr, dynamic_ncols=True)
+        bar = tqdm(total=fed.rounds, initial=state.round, desc=label or "rounds", file=sys.stderr, dynamic_ncols=True)
     every = int(cfg.tracking.get("checkpoint_every") or 0)
+    line_every = max(1, fed.rounds // 10)
 
     def on_round(st, metrics):
         recorder.log_round(metrics)
+        shown = {k.replace("test_", ""): f"{metrics[k]:.4f}" for k in ("test_accuracy", "test_loss") if k in metrics}
         if bar is not None:
-            post = {k.replace("test_", ""): f"{metrics[k]:.4f}" for k in ("test_accuracy", "test_loss") if k in metrics}
-            bar.set_postfix(post, refresh=False)
+            bar.set_postfix(shown, refresh=False)
             bar.update(1)
+        if st.round % line_every == 0 or st.round == fed.rounds:
+            text = f"round {st.round}/{fed.rounds} " + " ".join(f"{k} {v}" for k, v in shown.items())
+            say(text, console=bar is None)
         if (every and st.round % every == 0 and st.round < fed.rounds) or stop.requested:
             recorder.flush()
             save_checkpoint(checkpoint, st, run_id, digest)
@@ -166,8 +165,7 @@ def run_job(
         rounds=state.round,
         tracking_uri=recorder.uri,
     )
-    if not quiet:
-        print(format_summary(summary, fed.rounds))
+    say.summary(format_summary(summary, fed.rounds, hint=not sweep))
     return summary
 
 
@@ -220,7 +218,33 @@ def check_writable(folder: Path) -> None:
         raise FedbenchError(f"cannot write to the run directory {folder}: {exc.strerror or exc}") from None
 
 
-def format_summary(summary: dict[str, Any], rounds: int) -> str:
+class JobOutput:
+    """What a run tells its user: on stderr (prefixed with the sweep job's label, so that parallel
+    jobs can be told apart) and in the job's own log file (Hydra's <job>.log)."""
+
+    def __init__(self, label: str, log_file: Path | None, quiet: bool):
+        self.prefix = f"[{label}] " if label else ""
+        self.log_file, self.quiet = log_file, quiet
+
+    def _log(self, text: str) -> None:
+        if self.log_file is not None:
+            import time
+
+            with open(self.log_file, "a") as f:
+                f.write("".join(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {line}\n" for line in text.splitlines()))
+
+    def __call__(self, text: str, console: bool = True) -> None:
+        if console and not self.quiet:
+            print(f"fedbench: {self.prefix}{text}", file=sys.stderr, flush=True)
+        self._log(text)
+
+    def summary(self, text: str) -> None:
+        if not self.quiet:
+            print("\n".join(f"{self.prefix}{line}" if line else line for line in text.splitlines()), flush=True)
+        self._log(text)
+
+
+def format_summary(summary: dict[str, Any], rounds: int, hint: bool = True) -> str:
     lines = ["", "== fedbench run summary =="]
     if summary.get("final_accuracy") is not None:
         lines.append(f"final test accuracy  {summary['final_accuracy']:.4f}   best {summary['best_accuracy']:.4f}")
@@ -230,6 +254,10 @@ def format_summary(summary: dict[str, Any], rounds: int) -> str:
         lines.append(f"rounds to {target:g}".ljust(21) + format_rounds(reached, rounds))
     lines.append(f"wall time            {summary['wall_time']:.1f} s ({summary['rounds']} rounds)")
     lines.append(f"MLflow run           {summary['run_id']}")
-    uri = summary.get("tracking_uri", "")
-    lines.append(f"open with            mlflow ui --backend-store-uri {uri}")
+    if hint:  # a sweep says it once, at its end
+        lines.append(f"open with            {mlflow_hint(summary.get('tracking_uri', ''))}")
     return "\n".join(lines)
+
+
+def mlflow_hint(uri: str) -> str:
+    return f"mlflow ui --backend-store-uri {uri}"

@@ -84,3 +84,23 @@ def test_mlflow_runs_have_readable_names_a_source_and_open_on_the_runs_table(tmp
     tags = found["mine"].data.tags
     assert tags["mlflow.source.name"] == "fedbench run" and tags["mlflow.source.type"] == "LOCAL"
     assert tags["mlflow.user"] and tags["mlflow.source.git.commit"] == tags["git_commit"]
+
+
+def test_sweep_output_names_each_job_logs_plain_lines_and_fills_the_job_log(tmp_path):
+    """Not on a terminal (a pipe here): plain progress lines instead of bar redraws; each line and
+    summary says its job; the MLflow hint once per sweep; Hydra's job log holds the job's lines."""
+    from tests.faultkit import SMALL
+
+    out = fedbench("run", "-m", "seed=0,1", "rounds=20", *SMALL, f"tracking.uri=sqlite:///{tmp_path}/m.db",
+                   f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "\r" not in out.stderr
+    for job in (0, 1):
+        progress = [line for line in out.stderr.splitlines() if line.startswith(f"fedbench: [job {job}] round ")]
+        assert [line.split()[4] for line in progress] == [f"{r}/20" for r in range(2, 21, 2)]
+        assert f"[job {job}] final test accuracy" in out.stdout
+        assert any(line.startswith(f"fedbench: [job {job}] overrides: seed={job} rounds=20") for line in out.stderr.splitlines())
+        [log] = (tmp_path / "sweep" / str(job)).glob("*.log")
+        text = log.read_text()
+        assert "round 20/20" in text and "final test accuracy" in text
+    assert out.stdout.count("mlflow ui --backend-store-uri") == 1
