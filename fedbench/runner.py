@@ -30,6 +30,8 @@ def quiet_libraries() -> None:
 
     for name in ("mlflow", "alembic", "matplotlib", "urllib3"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # a failing store (full disk) is reported in one line of ours; MLflow would add its own traceback
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def config_hash(cfg: DictConfig) -> str:
