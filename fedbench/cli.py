@@ -251,17 +251,14 @@ app.command("plot", epilog=PLOT_EXAMPLES)(plot)
 @app.command("list")
 def list_choices() -> None:
     """List the available algorithms, data sets, partitions and models, one line each."""
-    from fedbench.algorithms import load_all
-    from fedbench.data import DATASETS, PARTITIONS
-    from fedbench.models import MODELS
+    from fedbench.registry import declared  # the registrations read from source: no torch import
 
-    groups = (("algorithms", "algorithm", load_all()), ("datasets", "dataset", DATASETS),
-              ("partitions", "partition", PARTITIONS), ("models", "model", MODELS))
-    for title, group, registry in groups:
+    for title, group in (("algorithms", "algorithm"), ("datasets", "dataset"), ("partitions", "partition"), ("models", "model")):
         typer.echo(f"{title}:")
-        for name, doc in registry.describe().items():
+        described = declared(group)
+        for name, doc in described.items():
             if title == "datasets" and name == "fmnist":
-                from fedbench.data.datasets import fmnist_folder
+                from fedbench.data.locations import fmnist_folder
 
                 found = fmnist_folder()
                 doc += f" [found: {found}]" if found else " [not found: apt-get install dataset-fashion-mnist]"
@@ -269,7 +266,7 @@ def list_choices() -> None:
             if title == "algorithms" and (imposed := imposed_settings(CONF_DIR / "algorithm" / f"{name}.yaml")):
                 shown = ', '.join(f"{k}={'null' if v is None else v}" for k, v in imposed.items())
                 typer.echo(f"  {'':<16}   imposes: {shown}")
-        variants = _variants(group, registry.names())
+        variants = _variants(group, list(described))
         if variants:
             typer.echo(f"{group} variants ({group}=<file>: a registered {group} with other defaults):")
             for stem, name, comment in variants:
@@ -284,14 +281,14 @@ def list_choices() -> None:
 def _variants(group: str, registered: list[str]) -> list[tuple[str, str, str]]:
     """Config files of a group that are not a registered name: (file, the registered name it selects,
     its first comment line)."""
-    from omegaconf import OmegaConf
+    import yaml
 
     out = []
     for path in sorted((CONF_DIR / group).glob("*.yaml")):
         if path.stem in registered:
             continue
-        raw = OmegaConf.load(path)
-        name = OmegaConf.select(raw, "algorithm.name" if group == "algorithm" and "algorithm" in raw else "name")
+        raw = yaml.safe_load(path.read_text()) or {}
+        name = (raw.get("algorithm") or {}).get("name") if group == "algorithm" and "algorithm" in raw else raw.get("name")
         base = next((d for d in raw.get("defaults", []) if isinstance(d, str) and d != "_self_"), None)
         name = name or base  # a variant that extends a sibling file (losac_paper: defaults [losac])
         comment = next((ln.lstrip("# ").strip() for ln in path.read_text().splitlines()
@@ -303,11 +300,11 @@ def _variants(group: str, registered: list[str]) -> list[tuple[str, str, str]]:
 def imposed_settings(path: Path) -> dict[str, str]:
     """The run settings an algorithm's config file imposes (`algorithm.imposes`), with their values:
     top-level keys of the file, or group choices from its defaults list."""
-    from omegaconf import OmegaConf
+    import yaml  # plain YAML (interpolations stay text): cheaper than OmegaConf for `fedbench list`
 
     if not path.is_file():
         return {}
-    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    raw = yaml.safe_load(path.read_text()) or {}
     keys = (raw.get("algorithm") or {}).get("imposes") or []
     choices = {}
     for entry in raw.get("defaults") or []:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
 import typer
+
+if TYPE_CHECKING:  # pandas is imported by the functions that use it: `fedbench --help` stays fast
+    import pandas as pd
 
 # Params that say where or how a run executed, not what it computed.
 PLACEMENT = ("tracking.", "engine.", "data.", "resume", "seed", "eval_every", "train_loss_every", "targets")
@@ -40,6 +42,8 @@ class Format(str, Enum):
 
 def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.DataFrame:
     """One row per FINISHED run: params (as strings), tags and the metrics a table needs."""
+    import pandas as pd
+
     from mlflow.tracking import MlflowClient
 
     from fedbench.errors import ConfigError
@@ -128,6 +132,8 @@ def hyperparameters(frame: pd.DataFrame) -> list[str]:
 def _joined(frame: pd.DataFrame, columns: list[str]) -> pd.Series | str:
     """The values of `columns` per run as one string; '-' where a run lacks the param (an
     algorithm without that hyperparameter)."""
+    import pandas as pd
+
     if not columns:
         return ""
     return frame[columns].apply(lambda row: " ".join("-" if pd.isna(v) else str(v) for v in row), axis=1)
@@ -150,6 +156,8 @@ def best_configs(frame: pd.DataFrame, keys: list[str], settings: list[str], metr
 def build_table(frame: pd.DataFrame, settings: list[str] | None, target: float | None, baseline: str | None,
                 best_by: str | None, last: int = 0) -> pd.DataFrame:
     """`settings` None: every config key that differs between the runs (differing_settings)."""
+    import pandas as pd
+
     frame = frame.copy()
     if settings is None:
         settings = differing_settings(frame, exclude_tuned=best_by is not None)

@@ -164,6 +164,7 @@ def run_job(
         best_accuracy=max(accs) if accs else None,
         final_loss=next((h["test_loss"] for h in reversed(state.history) if "test_loss" in h), None),
         wall_time=state.wall_time,
+        eval_time=state.eval_time,
         rounds=state.round,
         tracking_uri=recorder.uri,
     )
@@ -254,7 +255,8 @@ def format_summary(summary: dict[str, Any], rounds: int, hint: bool = True) -> s
         lines.append(f"final test loss      {summary['final_loss']:.4f}")
     for target, reached in summary.get("rounds_to_target", {}).items():
         lines.append(f"rounds to {target:g}".ljust(21) + format_rounds(reached, rounds))
-    lines.append(f"wall time            {summary['wall_time']:.1f} s ({summary['rounds']} rounds)")
+    evaluation = f", evaluation {summary['eval_time']:.1f} s more" if summary.get("eval_time") else ""
+    lines.append(f"wall time            {summary['wall_time']:.1f} s ({summary['rounds']} rounds){evaluation}")
     lines.append(f"MLflow run           {summary['run_id']}")
     if hint:  # a sweep says it once, at its end
         lines.append(f"open with            {mlflow_hint(summary.get('tracking_uri', ''))}")

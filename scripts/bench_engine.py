@@ -10,6 +10,15 @@ for mclr, mlp_2nn and cnn at S in {10, 100} clients per round and B in {10, 50},
 Prints seconds per round (median over interleaved repeats) and the ratio engine(auto) / min(seq, bare).
 
     python scripts/bench_engine.py [--steps 5] [--repeats 5] [--models mclr,mlp_2nn,cnn]
+
+With --unequal: clients of unequal sizes, one local epoch each (from 1 to ~100 steps of B=20), Fashion-MNIST,
+100 clients, 10 per round, for every partition of conf/partition that applies to it, at its default and
+at strong skew. Columns: the executors with the engine's grouping of clients by step count (vmap,
+loop), `padded` (the engine before it: one chunk, every client computing its busiest neighbour's
+steps), the ratio auto / min(vmap, loop), and the share of a round the evaluation of the 10,000
+test images adds (eval_every=1).
+
+    python scripts/bench_engine.py --unequal [--models mclr,mlp_2nn,cnn] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from fedbench.cli import CONF_DIR
 from fedbench.engine.build import build_federation
 from fedbench.engine.local import LocalWork
 from fedbench.engine.loop import initial_state, run_round
+from fedbench.engine.streams import sample_cohort
 
 
 def federation(model: str, S: int, B: int, K: int, executor: str):
@@ -132,6 +142,79 @@ def bare_vmap_round(fed, batches):
     return one_round
 
 
+# partitions of conf/partition on Fashion-MNIST: (label, overrides), default then strong skew
+PARTITIONS = [
+    ("iid", ["partition=iid"]),
+    ("iid_stratified", ["partition=iid_stratified"]),
+    ("dirichlet 0.5", ["partition=dirichlet"]),
+    ("dirichlet 0.1", ["partition=dirichlet", "partition.alpha=0.1"]),
+    ("dirichlet_bal 0.6", ["partition=dirichlet_balanced"]),
+    ("dirichlet_bal 0.1", ["partition=dirichlet_balanced", "partition.alpha=0.1"]),
+    ("quantity σ=1", ["partition=quantity_skew"]),
+    ("quantity σ=2", ["partition=quantity_skew", "partition.sigma=2.0"]),
+    ("label_k 2", ["partition=label_k"]),
+    ("label_k 1", ["partition=label_k", "partition.k=1"]),
+    ("shards 2", ["partition=shards"]),
+    ("label_sorted", ["partition=label_sorted"]),
+    ("c_noniid 0.5", ["partition=c_noniid"]),
+    ("c_noniid 1.0", ["partition=c_noniid", "partition.c=1.0"]),
+    ("pfl_noniid", ["partition=pfl_noniid"]),
+    ("imbalanced_shards", ["partition=imbalanced_shards", "num_clients=200", "clients_per_round=20"]),
+]
+NOT_ON_FMNIST = {"natural": "the data set's own users (synthetic, LEAF)", "composite_mnist": "MNIST only (10 clients)"}
+
+
+def unequal_federation(model: str, partition: list[str], executor: str, padded: bool = False):
+    overrides = ["dataset=fmnist", f"model={model}", "num_clients=100", "clients_per_round=10", *partition,
+                 "local_steps=null", "local_epochs=1", "batch_size=20", "eta_l=0.05", f"engine.executor={executor}",
+                 "eval_every=0"]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=overrides)
+    fed, info = build_federation(cfg)
+    if padded:  # the engine before grouping: one chunk pads every client to the busiest one's steps
+        fed.group_by_work = fed.clients.skip_done = False
+    return fed, info
+
+
+def evaluation_share(fed, repeats: int) -> float:
+    """Seconds of one evaluation of the test set over seconds of one round (medians)."""
+    from fedbench.engine.evaluation import evaluate
+
+    data, x = fed.dataset, fed.x0
+    t = interleaved_medians({"eval": lambda: evaluate(fed.flat, x, data.x_test, data.y_test, data.task),
+                             "round": engine_round(fed)}, repeats)
+    return t["eval"] / t["round"]
+
+
+def unequal_table(models: list[str], repeats: int) -> None:
+    from fedbench.engine.loop import work_groups
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; FMNIST, 100 clients, 10 per round, "
+          f"1 epoch of B=20; s/round (median of {repeats}+ interleaved rounds)")
+    header = (f"{'model':<8} {'partition':<18} {'steps/client':>13} | {'vmap':>8} {'loop':>8} {'padded':>8} | "
+              f"{'auto':>4} {'auto/best':>9} {'padded/vmap':>11}")
+    print(header)
+    print("-" * len(header))
+    for model in models:
+        for label, partition in PARTITIONS:
+            fed_v, info_v = unequal_federation(model, partition, "vmap")
+            fed_l, _ = unequal_federation(model, partition, "loop")
+            fed_p, _ = unequal_federation(model, partition, "vmap", padded=True)
+            _, info_a = unequal_federation(model, partition, "auto")
+            ids = torch.tensor(sample_cohort(fed_v.seed, 0, fed_v.clients.num_clients, fed_v.clients_per_round))
+            steps = LocalWork(fed_v.clients, ids, 0, 0.05, 20, torch.ones_like(ids), None).steps
+            t = interleaved_medians({"vmap": engine_round(fed_v), "loop": engine_round(fed_l), "padded": engine_round(fed_p)},
+                                    repeats)
+            auto = t["vmap"] if info_a.executor == "vmap" else t["loop"]
+            print(f"{model:<8} {label:<18} {f'{int(steps.min())}-{int(steps.max())} ({len(work_groups(steps.tolist(), fed_v.client_chunk))}ch)':>13} | "
+                  f"{t['vmap']:>8.3f} {t['loop']:>8.3f} {t['padded']:>8.3f} | {info_a.executor:>4} "
+                  f"{auto / min(t['vmap'], t['loop']):>9.2f} {t['padded'] / t['vmap']:>11.2f}", flush=True)
+        fed, _ = unequal_federation(model, ["partition=iid"], "auto")
+        print(f"{model:<8} evaluation of 10,000 test images = {evaluation_share(fed, repeats):.1%} of an IID round (auto)")
+    for name, why in NOT_ON_FMNIST.items():
+        print(f"(partition {name}: not on Fashion-MNIST: {why})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=5)
@@ -140,9 +223,13 @@ def main() -> None:
     parser.add_argument("--cohorts", default="10,100")
     parser.add_argument("--batches", default="10,50")
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--unequal", action="store_true", help="the unequal-client table (every partition)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.unequal:
+        unequal_table(args.models.split(","), args.repeats)
+        return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, K={args.steps} local steps, s/round (median)")
     header = f"{'model':<8} {'S':>4} {'B':>3} | {'eng-vmap':>9} {'eng-loop':>9} | {'seq':>9} {'bare':>9} | {'auto/best':>9} {'seq/auto':>8}"
     print(header)

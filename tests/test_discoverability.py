@@ -58,9 +58,9 @@ def test_a_missing_launcher_names_what_installs_it(monkeypatch):
 
 
 def test_missing_fashion_mnist_names_the_debian_package():
-    from fedbench.data.datasets import _fmnist_folders, _missing_hint
+    from fedbench.data.datasets import _missing_hint, fmnist_folders
 
-    assert _missing_hint("fmnist", _fmnist_folders("/nowhere")).endswith(
+    assert _missing_hint("fmnist", fmnist_folders("/nowhere")).endswith(
         "(on Debian/Ubuntu: apt-get install dataset-fashion-mnist)")
 
 

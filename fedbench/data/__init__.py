@@ -1,13 +1,18 @@
-"""Data: in-memory data sets and partitioners. Every module here registers on import."""
+"""Data: in-memory data sets and partitioners. Every module here registers on import; the
+registries import them on first use, so a light module (e.g. data.locations) loads alone."""
 
 import importlib
-import pkgutil
 
-from fedbench.data.base import Dataset
-from fedbench.data.datasets import DATASETS
-from fedbench.data.partitions import PARTITIONS, fingerprint, make_partition
+_EXPORTS = {
+    "DATASETS": "fedbench.data.datasets", "PARTITIONS": "fedbench.data.partitions", "Dataset": "fedbench.data.base",
+    "fingerprint": "fedbench.data.partitions", "make_partition": "fedbench.data.partitions",
+}
 
-for _m in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_m.name}")
 
-__all__ = ["DATASETS", "PARTITIONS", "Dataset", "fingerprint", "make_partition"]
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = list(_EXPORTS)

@@ -11,21 +11,12 @@ import torch
 
 from fedbench.data.base import Dataset, standardize_images
 from fedbench.data.checksums import verify as verify_checksums
-from fedbench.data.idx import find_idx_file, read_idx
+from fedbench.data.idx import read_idx
+from fedbench.data.locations import DEBIAN_FASHION_MNIST, IDX_STEMS, find_idx_file, fmnist_folder, fmnist_folders  # noqa: F401 (re-exported)
 from fedbench.errors import DataUnavailableError
 from fedbench.registry import Registry
 
-DATASETS: Registry = Registry("dataset")
-
-DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
-
-_IDX_STEMS = {
-    "train_x": "train-images-idx3-ubyte",
-    "train_y": "train-labels-idx1-ubyte",
-    "test_x": "t10k-images-idx3-ubyte",
-    "test_y": "t10k-labels-idx1-ubyte",
-}
-
+DATASETS: Registry = Registry("dataset", package="fedbench.data")
 
 @DATASETS.register("digits", "scikit-learn's bundled 8x8 handwritten digits (1,797 images, offline)")
 def digits(root: str = "data", download: bool = False, test_fraction: float = 0.2) -> Dataset:
@@ -50,14 +41,14 @@ def _idx_dataset(
     def locate() -> dict[str, Path] | None:
         partial = []
         for folder in folders:
-            files = {k: find_idx_file(folder, stem) for k, stem in _IDX_STEMS.items()}
+            files = {k: find_idx_file(folder, stem) for k, stem in IDX_STEMS.items()}
             if all(files.values()):
                 for other, missing in partial:  # never fall back silently past the user's own files
                     print(f"fedbench: {name}: {other} lacks {', '.join(missing)}; reading {folder} instead",
                           file=sys.stderr)
                 return files  # type: ignore[return-value]
             if any(files.values()):
-                partial.append((folder, [f"{_IDX_STEMS[k]}[.gz]" for k, f in files.items() if f is None]))
+                partial.append((folder, [f"{IDX_STEMS[k]}[.gz]" for k, f in files.items() if f is None]))
         return None
 
     files = locate()
@@ -95,24 +86,9 @@ def _idx_dataset(
 
 
 def _missing_hint(name: str, folders: list[Path]) -> str:
-    stems = ", ".join(f"{s}[.gz]" for s in _IDX_STEMS.values())
+    stems = ", ".join(f"{s}[.gz]" for s in IDX_STEMS.values())
     debian = " (on Debian/Ubuntu: apt-get install dataset-fashion-mnist)" if DEBIAN_FASHION_MNIST in folders else ""
     return f"{name} not found: place {stems} in {folders[0]}{debian}"
-
-
-def fmnist_folder(root: str = "data") -> Path | None:
-    """Where `fmnist` would be read from (the first folder holding all four IDX files), or None."""
-    for folder in _fmnist_folders(root):
-        if all(find_idx_file(folder, stem) for stem in _IDX_STEMS.values()):
-            return folder
-    return None
-
-
-def _fmnist_folders(root: str) -> list[Path]:
-    folders = [Path(root) / "fmnist", Path(root) / "FashionMNIST" / "raw", DEBIAN_FASHION_MNIST]
-    if env := os.environ.get("FEDBENCH_FMNIST_DIR"):
-        folders.insert(0, Path(env))
-    return folders
 
 
 @DATASETS.register("fmnist", "Fashion-MNIST, 28x28 grey, 60,000/10,000 (IDX files; Debian: dataset-fashion-mnist)")
@@ -120,7 +96,7 @@ def fmnist(
     root: str = "data", download: bool = False, mean: float | None = 0.2860, std: float | None = 0.3530, binary: bool = False
 ) -> Dataset:
     """`mean`/`std` null: pixels in [0, 1]; FedADMM normalises FMNIST with MNIST's 0.1307/0.3081."""
-    return _idx_dataset("fmnist", _fmnist_folders(root), "FashionMNIST", root, download, mean, std, binary)
+    return _idx_dataset("fmnist", fmnist_folders(root), "FashionMNIST", root, download, mean, std, binary)
 
 
 @DATASETS.register("mnist", "MNIST, 28x28 grey, 60,000/10,000 (IDX files, torchvision download)")

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedbench.data.locations import find_idx_file  # noqa: F401 (re-exported)
 from fedbench.errors import DataUnavailableError
 
 _DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -36,11 +37,3 @@ def read_idx(path: str | Path) -> Tensor:
         )
     array = np.frombuffer(raw, dtype=dtype, offset=header).reshape(shape)
     return torch.from_numpy(array.astype(dtype.newbyteorder("=")).copy())
-
-
-def find_idx_file(folder: Path, stem: str) -> Path | None:
-    """`train-images-idx3-ubyte` as is or gzipped, also under torchvision's `<Name>/raw/` layout."""
-    for candidate in (folder / stem, folder / f"{stem}.gz"):
-        if candidate.is_file():
-            return candidate
-    return None

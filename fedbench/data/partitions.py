@@ -9,7 +9,7 @@ import numpy as np
 from fedbench.errors import ConfigError, check
 from fedbench.registry import Registry
 
-PARTITIONS: Registry = Registry("partition")
+PARTITIONS: Registry = Registry("partition", package="fedbench.data")
 
 
 def fingerprint(parts: list[np.ndarray]) -> str:

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from fedbench.algorithms.base import Setting
 from fedbench.config import params_of, validate
 from fedbench.data import DATASETS, fingerprint, make_partition
-from fedbench.engine.executors import auto_executor, make_grad_fn
+from fedbench.engine.executors import auto_executor, auto_loop_below, make_grad_fn
 from fedbench.engine.local import ClientData, objective_gradient
 from fedbench.engine.loop import Federation
 from fedbench.errors import ConfigError
@@ -88,10 +88,11 @@ def build_federation(cfg: DictConfig) -> tuple[Federation, BuildInfo]:
     except RuntimeError as exc:
         raise ConfigError(f"model {cfg.model.name!r} does not fit data set {cfg.dataset.name!r}: {exc}") from None
     dataset = dataset.to(device)
-    executor = cfg.engine.executor
+    executor, loop_below = cfg.engine.executor, 0
     if executor == "auto":
         executor = auto_executor(cfg.model.name, device)
-    grad_fn = make_grad_fn(flat, dataset.task, executor)
+        loop_below = auto_loop_below(executor, device)
+    grad_fn = make_grad_fn(flat, dataset.task, executor, loop_below)
     clients = ClientData.from_partition(
         dataset.x_train, dataset.y_train, parts, cfg.seed, grad_fn, cfg.loss_scale, transform=dataset.augment
     )

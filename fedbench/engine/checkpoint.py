@@ -40,6 +40,7 @@ def save_checkpoint(path: Path, state: RunState, run_id: str | None, config_hash
         "floats_up": state.floats_up,
         "floats_down": state.floats_down,
         "wall_time": state.wall_time,
+        "eval_time": state.eval_time,
         "run_id": run_id or "",
         "config_hash": config_hash,
     }
@@ -74,4 +75,5 @@ def load_checkpoint(path: Path, state: RunState, device: torch.device) -> dict:
     state.floats_up = float(payload["floats_up"])
     state.floats_down = float(payload["floats_down"])
     state.wall_time = float(payload["wall_time"])
+    state.eval_time = float(payload.get("eval_time", 0.0))  # absent in checkpoints before it existed
     return {"run_id": payload["run_id"] or None, "config_hash": payload["config_hash"]}

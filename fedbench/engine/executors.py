@@ -33,9 +33,26 @@ def per_sample_loss(task: str, reduction: str = "none") -> Callable[[Tensor, Ten
 GradFn = Callable[[Tensor, Tensor, Tensor, Tensor | None], tuple[Tensor, Tensor]]
 
 
-def make_grad_fn(flat: FlatModel, task: str, executor: str) -> GradFn:
+# On a CPU, one vmap'd gradient call costs ~1 ms of Python before any compute, the loop ~0.1-0.4 ms
+# per client (mclr, mlp_2nn at B=20, scripts/bench_engine.py --unequal): fewer rows than this run
+# as a loop. Which path runs depends only on the row count, so a run repeats bit for bit.
+LOOP_BELOW = 5
+
+
+def make_grad_fn(flat: FlatModel, task: str, executor: str, loop_below: int = 0) -> GradFn:
     """Returns f(X [s,d], xb [s,B,...], yb [s,B], wb [s,B] or None) -> (G [s,d], weighted loss [s]);
-    wb = None means the plain minibatch mean (every weight 1/B), one fused reduction cheaper."""
+    wb = None means the plain minibatch mean (every weight 1/B), one fused reduction cheaper.
+    With `loop_below`, a vmap executor hands calls on fewer rows to the loop (the last clients
+    still working in a round of unequal local work)."""
+    if executor == "vmap" and loop_below > 0:
+        batched, loop = make_grad_fn(flat, task, "vmap"), make_grad_fn(flat, task, "loop")
+
+        def grad_hybrid(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor | None) -> tuple[Tensor, Tensor]:
+            # under a torch.func transform (FedNL's Hessians: jvp of the gradient) only vmap composes
+            few = X.shape[0] < loop_below and not torch._C._functorch.is_functorch_wrapped_tensor(X)
+            return (loop if few else batched)(X, xb, yb, wb)
+
+        return grad_hybrid
     loss_of, mean_loss_of = per_sample_loss(task), per_sample_loss(task, "mean")
 
     def weighted_loss(params: dict[str, Tensor], xb: Tensor, yb: Tensor, wb: Tensor) -> Tensor:
@@ -77,6 +94,12 @@ def make_grad_fn(flat: FlatModel, task: str, executor: str) -> GradFn:
 
         return grad_loop
     raise unknown_choice("engine.executor", executor, (*EXECUTORS, "auto"))
+
+
+def auto_loop_below(executor: str, device: torch.device) -> int:
+    """Rows below which `auto`'s vmap executor runs the loop: on a CPU only (a GPU's kernel
+    launches make the loop the slower one at any count)."""
+    return LOOP_BELOW if executor == "vmap" and device.type == "cpu" else 0
 
 
 def auto_executor(model_name: str, device: torch.device) -> str:

@@ -35,6 +35,9 @@ class ClientData:
     loss_scale: str = "mean"  # 'mean': f_i = mean loss; 'sum': f_i = sum of losses (LoSAC eq. 6)
     # training augmentation of minibatches: (x [s, B, ...], per-sample keys [s, B]) -> x
     transform: Callable[[Tensor, Tensor], Tensor] | None = None
+    # unequal local work: a step computes the gradients of the clients still working only (False:
+    # every client of a chunk computes every step and the algorithm's mask discards the extra ones)
+    skip_done: bool = True
     _blocks: dict[int, tuple[Tensor, Tensor]] = field(default_factory=dict)
 
     @classmethod
@@ -74,12 +77,15 @@ class ClientData:
 @dataclass
 class Batch:
     """Minibatches of a chunk of clients: x [s, B, ...], y [s, B], per-sample weights w [s, B].
-    `uniform`: every weight is 1/B (no padding, mean scaling), so the loss is a plain mean."""
+    `uniform`: every weight is 1/B (no padding, mean scaling), so the loss is a plain mean.
+    `rows`: when only some clients of the chunk still work, their rows [a]; x, y, w then hold
+    those a clients only (`LocalWork.grad` returns zero gradients for the others)."""
 
     x: Tensor
     y: Tensor
     w: Tensor
     uniform: bool = False
+    rows: Tensor | None = None
 
 
 @dataclass
@@ -88,7 +94,7 @@ class _Schedule:
 
     first: int
     widths: list[int]  # per step: the batch width actually used
-    uniform: list[bool]  # per step: every client has a full batch of `width` samples, mean-scaled
+    uniform: list[bool]  # per step: every working client has a full batch of `width` samples, mean-scaled
     index: Tensor
     weights: Tensor
     start: Tensor  # [L, s] first position of each step's batch in the client's permutation
@@ -133,6 +139,7 @@ class LocalWork:
         self.min_steps = int(self.steps.min()) if len(self.steps) else 0  # steps all clients take
         # Host copies: each step's batch width is known without a device sync.
         self._host = [v.cpu() for v in (self.sizes, self.per_batch, self.steps_per_epoch, self.steps)]
+        self._rows: dict[int, Tensor] = {}  # working clients' rows, by their number
 
     # -- schedule ----------------------------------------------------------------------------
     @property
@@ -163,13 +170,28 @@ class LocalWork:
         """Local step t's minibatch of every client in the chunk (augmented if the data set says so;
         exact gradients, `full_batches` and `block_batch`, never are)."""
         block, k, width = self._step(t)
-        idx = block.index[k, :, :width]
-        batch = Batch(self.data.x[idx], self.data.y[idx], block.weights[k, :, :width], block.uniform[k])
+        idx, w, start, ids = block.index[k, :, :width], block.weights[k, :, :width], block.start[k], self.ids
+        rows = self._working_rows(t)
+        if rows is not None:  # only the clients still working: no compute on finished ones
+            idx, w, start, ids = idx[rows], w[rows], start[rows], ids[rows]
+        batch = Batch(self.data.x[idx], self.data.y[idx], w, block.uniform[k], rows)
         if self.data.transform is not None:
-            pos = block.start[k, :, None] + torch.arange(width, device=self.ids.device)
-            keys = hash_keys(self.data.seed, self.round, self.ids[:, None], TAG_AUGMENT, t, pos, device=self.ids.device)
+            pos = start[:, None] + torch.arange(width, device=self.ids.device)
+            keys = hash_keys(self.data.seed, self.round, ids[:, None], TAG_AUGMENT, t, pos, device=self.ids.device)
             batch.x = self.data.transform(batch.x, keys)
         return batch
+
+    def _working_rows(self, t: int) -> Tensor | None:
+        """Rows of the clients that take step t, or None when all do (known on the host: no sync)."""
+        if t < self.min_steps or not self.data.skip_done:
+            return None
+        working = self._host[3] > t
+        count = int(working.sum())
+        if count == len(working):
+            return None
+        if count not in self._rows:  # the working set shrinks with t: its size names it
+            self._rows[count] = working.nonzero().squeeze(1).to(self.ids.device)
+        return self._rows[count]
 
     def batch_index(self, t: int) -> Tensor:
         """[s, W] sample indices (into data.x) of step t's minibatches; padding is index 0 with
@@ -225,7 +247,8 @@ class LocalWork:
         weights = valid.to(self.data.x.dtype) / valid.sum(2, keepdim=True).clamp(min=1)  # minibatch mean
         if self.data.loss_scale == "sum":
             weights = weights * self.sizes[:, None]
-        full = (valid | ~in_width).all(2).all(1)  # every client fills the step's width
+        done = (T >= steps).to(dev)
+        full = ((valid | ~in_width).all(2) | done).all(1)  # every working client fills the step's width
         uniform = [bool(f) and self.data.loss_scale == "mean" for f in full.tolist()]
         return _Schedule(first, widths, uniform, self._index[rows, local], weights.to(self.data.x.dtype), start)
 
@@ -255,8 +278,14 @@ class LocalWork:
 
     # -- gradients ---------------------------------------------------------------------------
     def grad(self, X: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
-        """(G [s, d], loss [s]): per-client gradients of the weighted minibatch loss at X [s, d]."""
-        return self.data.grad_fn(X, batch.x, batch.y, None if batch.uniform else batch.w)
+        """(G [s, d], loss [s]): per-client gradients of the weighted minibatch loss at X [s, d]
+        (zero for the clients of a batch that no longer work)."""
+        w = None if batch.uniform else batch.w
+        if batch.rows is None:
+            return self.data.grad_fn(X, batch.x, batch.y, w)
+        G, loss = self.data.grad_fn(X[batch.rows], batch.x, batch.y, w)
+        return (X.new_zeros(X.shape).index_copy_(0, batch.rows, G),
+                loss.new_zeros(X.shape[0]).index_copy_(0, batch.rows, loss))
 
     def full_grad(self, X: Tensor) -> tuple[Tensor, Tensor]:
         """Exact local gradient grad f_i(X_i) and loss f_i(X_i) over the client's whole data."""

@@ -132,7 +132,8 @@ class Recorder:
             "final_accuracy": metrics.get("test_accuracy"),
             "best_accuracy": max((m.value for m in accs), default=None),
             "final_loss": metrics.get("test_loss"),
-            "rounds": rounds, "wall_time": metrics.get("wall_time", 0.0), "tracking_uri": self.uri,
+            "rounds": rounds, "wall_time": metrics.get("wall_time", 0.0),
+            "eval_time": metrics.get("eval_time", 0.0), "tracking_uri": self.uri,
             "rounds_to_target": {
                 float(t): (int(metrics[target_key(float(t))]) if target_key(float(t)) in metrics else None)
                 for t in self.cfg.get("targets") or []
