@@ -28,8 +28,8 @@ import yaml
 
 import fedbench.cli
 from fedbench.reproduce.catalog import Claim, Reproduction, load_catalog
-from fedbench.reproduce.compare import (RunResult, aggregate, best, comparison, first_to_target, parse_paper, ratio,
-                                        ratio_claim, rounds_decrease, speedup_at_least)
+from fedbench.reproduce.compare import (RunResult, best, first_to_target, parse_paper, ratio, ratio_claim, rounds_decrease,
+                                        speedup_at_least)
 from fedbench.reproduce.run import evaluate
 
 CATALOG = load_catalog()
