@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fedbench.reproduce.catalog import Metric, Reproduction
+from fedbench.reproduce.catalog import Claim, Metric, Reproduction
 
 NOT_REACHED = ("-", "–", "100+", "never")
 
@@ -174,3 +174,104 @@ def seeds(table: pd.DataFrame, method: str, group: str, metric: str) -> np.ndarr
     if row.empty:
         raise KeyError(f"no measured {metric} for {method} [{group}]")
     return np.asarray(row["values"].iloc[0], dtype=float)
+
+
+# ------------------------------------------------------------------------------------- claims that can fail
+# Every check_* compares measured numbers through these helpers, never with a raw `<`/`<=`/`==`, so that a
+# claim cannot hold by default: a target nobody reached (inf) never wins and never ties, a comparison whose
+# quantities are all unreached or unmeasured (NaN) is "not shown" (it does not hold), and a ratio with a zero
+# or non-finite denominator is undefined (not shown) instead of a ZeroDivisionError or an inf that passes.
+NOT_SHOWN = "not shown: no method reached the target"
+
+
+def show(x: float) -> str:
+    """A measured number for a claim's detail: 'not reached' for inf, 'not measured' for NaN."""
+    x = float(x)
+    return "not measured" if math.isnan(x) else "not reached" if math.isinf(x) else f"{x:g}"
+
+
+def numbers(named: dict[str, float]) -> str:
+    return ", ".join(f"{name} {show(v)}" for name, v in named.items())
+
+
+def first_to_target(text: str, ours: tuple[str, float], others: dict[str, float], strict: bool = False) -> Claim:
+    """Rounds-to-target: `ours` reaches the target no later than (strict: before) every one of `others`.
+
+    A finite count beats an unreached one (inf); an unreached `ours` never wins nor ties; when nothing was
+    reached (or measured) the claim is not shown."""
+    name, mine = ours
+    named = {name: mine, **others}
+    detail = numbers(named)
+    if not any(math.isfinite(v) for v in named.values()):
+        return Claim(text, False, f"{NOT_SHOWN} ({detail})")
+    missing_ = [n for n, v in named.items() if math.isnan(v)]
+    if missing_:
+        return Claim(text, False, f"not shown: {', '.join(missing_)} not measured ({detail})")
+    if math.isinf(mine):
+        return Claim(text, False, detail)
+    holds = all(math.isinf(v) or (mine < v if strict else mine <= v) for v in others.values())
+    return Claim(text, holds, detail)
+
+
+def rounds_decrease(text: str, chain: list[tuple[str, float]]) -> Claim:
+    """Rounds-to-target that do not increase along `chain` (e.g. E = 1, 5, 10): every later entry is reached,
+    no later than the one before it (or the one before it never reached the target)."""
+    named = dict(chain)
+    detail = numbers(named)
+    values = [v for _, v in chain]
+    if not any(math.isfinite(v) for v in values):
+        return Claim(text, False, f"{NOT_SHOWN} ({detail})")
+    if any(math.isnan(v) for v in values):
+        return Claim(text, False, f"not shown: not measured ({detail})")
+    holds = all(math.isfinite(b) and (math.isinf(a) or b <= a) for a, b in zip(values, values[1:]))
+    return Claim(text, holds, detail)
+
+
+def speedup_at_least(text: str, ours: tuple[str, float], reference: tuple[str, float], budget: float,
+                     minimum: float) -> Claim:
+    """Rounds-to-target: reference / ours >= minimum, where an unreached reference counts as its round budget
+    (the speed-up is then a lower bound); an unreached `ours` never shows a speed-up."""
+    (name, mine), (ref_name, ref) = ours, reference
+    detail = numbers({name: mine, ref_name: ref})
+    if not (math.isfinite(mine) or math.isfinite(ref)):
+        return Claim(text, False, f"{NOT_SHOWN} ({detail})")
+    if math.isnan(mine) or math.isnan(ref):
+        return Claim(text, False, f"not shown: not measured ({detail})")
+    if math.isinf(mine) or mine <= 0:
+        return Claim(text, False, detail)
+    bound = min(ref, budget)
+    return Claim(text, bound / mine >= minimum, f"{detail}: speed-up {'>=' if math.isinf(ref) else ''}{bound / mine:.3g}")
+
+
+def ratio(num: float, den: float) -> float:
+    """num / den, NaN when either is not a finite number or den is 0 (0/0, x/0, inf/inf are undefined)."""
+    num, den = float(num), float(den)
+    if not (math.isfinite(num) and math.isfinite(den)) or den == 0:
+        return math.nan
+    return num / den
+
+
+def ratio_claim(text: str, num: float, den: float, ok, what: str = "ratio") -> Claim:
+    """A claim on num / den; `ok(r)` decides it. An undefined ratio is not shown (does not hold)."""
+    r = ratio(num, den)
+    if math.isnan(r):
+        return Claim(text, False, f"not shown: {what} undefined ({show(num)} / {show(den)})")
+    return Claim(text, bool(ok(r)), f"{what} {r:.3g} ({show(num)} / {show(den)})")
+
+
+def best(text: str, ours: tuple[str, float], others: dict[str, float], higher: bool = True, margin: float = 0.0,
+         strict: bool = False) -> Claim:
+    """A measured value (accuracy, loss, error) that is the best: `ours` >= every other + margin (<= - margin
+    when lower is better; strict: > / <). NaN anywhere is not shown; so is a comparison in which every
+    method measured exactly the same (nothing separates them, e.g. every run stuck at its initial value)."""
+    name, mine = ours
+    named = {name: mine, **others}
+    detail = numbers(named)
+    missing_ = [n for n, v in named.items() if math.isnan(v)]
+    if missing_:
+        return Claim(text, False, f"not shown: {', '.join(missing_)} not measured ({detail})")
+    if len(set(named.values())) == 1 and others:
+        return Claim(text, False, f"not shown: every method measured {show(mine)} ({detail})")
+    sign = 1 if higher else -1
+    holds = all(sign * (mine - v) > margin if strict else sign * (mine - v) >= margin for v in others.values())
+    return Claim(text, holds, detail)

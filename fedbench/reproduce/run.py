@@ -200,6 +200,9 @@ def evaluate(rep: Reproduction, scale_name: str, runs: list[RunResult]) -> tuple
         claims = rep.check(table, scale_name)
     except KeyError as exc:  # a cell the check needs was not measured (a failed arm)
         claims = [Claim(rep.claim, False, f"missing measurement: {exc}")]
+    except Exception as exc:  # noqa: BLE001 - a check that breaks on odd results is a failed claim, not a traceback
+        first = (str(exc).strip().splitlines() or [""])[0]
+        claims = [Claim(rep.claim, False, f"the claim check failed with {type(exc).__name__}: {first}".rstrip(": "))]
     return table, claims
 
 
