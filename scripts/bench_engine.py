@@ -13,9 +13,9 @@ Prints seconds per round (median over interleaved repeats) and the ratio engine(
 
 With --unequal: clients of unequal sizes, one local epoch each (from 1 to ~100 steps of B=20), Fashion-MNIST,
 100 clients, 10 per round, for every partition of conf/partition that applies to it, at its default and
-at strong skew. Columns: the executors with the engine's grouping of clients by step count (vmap,
-loop), `padded` (the engine before it: one chunk, every client computing its busiest neighbour's
-steps), the ratio auto / min(vmap, loop), and the share of a round the evaluation of the 10,000
+at strong skew. Columns: `auto` (the default: vmap, the loop for fewer than 5
+working clients), the executors with the engine's grouping of clients by step count (vmap, loop), `padded` (the engine before it: one chunk, every client computing its busiest neighbour's
+steps), the ratio auto / min(vmap, loop, padded), and the share of a round the evaluation of the 10,000
 test images adds (eval_every=1).
 
     python scripts/bench_engine.py --unequal [--models mclr,mlp_2nn,cnn] [--repeats 3]
@@ -158,7 +158,7 @@ PARTITIONS = [
     ("label_sorted", ["partition=label_sorted"]),
     ("c_noniid 0.5", ["partition=c_noniid"]),
     ("c_noniid 1.0", ["partition=c_noniid", "partition.c=1.0"]),
-    ("pfl_noniid", ["partition=pfl_noniid"]),
+    ("pfl_noniid", ["partition=pfl_noniid", "num_clients=20"]),
     ("imbalanced_shards", ["partition=imbalanced_shards", "num_clients=200", "clients_per_round=20"]),
 ]
 NOT_ON_FMNIST = {"natural": "the data set's own users (synthetic, LEAF)", "composite_mnist": "MNIST only (10 clients)"}
@@ -186,29 +186,33 @@ def evaluation_share(fed, repeats: int) -> float:
     return t["eval"] / t["round"]
 
 
-def unequal_table(models: list[str], repeats: int) -> None:
+def unequal_table(models: list[str], repeats: int, only: list[str] | None = None) -> None:
     from fedbench.engine.loop import work_groups
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; FMNIST, 100 clients, 10 per round, "
           f"1 epoch of B=20; s/round (median of {repeats}+ interleaved rounds)")
-    header = (f"{'model':<8} {'partition':<18} {'steps/client':>13} | {'vmap':>8} {'loop':>8} {'padded':>8} | "
-              f"{'auto':>4} {'auto/best':>9} {'padded/vmap':>11}")
+    header = (f"{'model':<8} {'partition':<18} {'steps/client':>13} | {'auto':>8} {'vmap':>8} {'loop':>8} {'padded':>8} | "
+              f"{'auto/best':>9} {'padded/auto':>11}")
     print(header)
     print("-" * len(header))
     for model in models:
         for label, partition in PARTITIONS:
-            fed_v, info_v = unequal_federation(model, partition, "vmap")
-            fed_l, _ = unequal_federation(model, partition, "loop")
-            fed_p, _ = unequal_federation(model, partition, "vmap", padded=True)
-            _, info_a = unequal_federation(model, partition, "auto")
-            ids = torch.tensor(sample_cohort(fed_v.seed, 0, fed_v.clients.num_clients, fed_v.clients_per_round))
-            steps = LocalWork(fed_v.clients, ids, 0, 0.05, 20, torch.ones_like(ids), None).steps
-            t = interleaved_medians({"vmap": engine_round(fed_v), "loop": engine_round(fed_l), "padded": engine_round(fed_p)},
-                                    repeats)
-            auto = t["vmap"] if info_a.executor == "vmap" else t["loop"]
-            print(f"{model:<8} {label:<18} {f'{int(steps.min())}-{int(steps.max())} ({len(work_groups(steps.tolist(), fed_v.client_chunk))}ch)':>13} | "
-                  f"{t['vmap']:>8.3f} {t['loop']:>8.3f} {t['padded']:>8.3f} | {info_a.executor:>4} "
-                  f"{auto / min(t['vmap'], t['loop']):>9.2f} {t['padded'] / t['vmap']:>11.2f}", flush=True)
+            if only and label not in only and label.split()[0] not in only:
+                continue
+            feds = {
+                "auto": unequal_federation(model, partition, "auto")[0],
+                "vmap": unequal_federation(model, partition, "vmap")[0],
+                "loop": unequal_federation(model, partition, "loop")[0],
+                "padded": unequal_federation(model, partition, "vmap", padded=True)[0],
+            }
+            fed = feds["auto"]
+            ids = torch.tensor(sample_cohort(fed.seed, 0, fed.clients.num_clients, fed.clients_per_round))
+            steps = LocalWork(fed.clients, ids, 0, 0.05, 20, torch.ones_like(ids), None).steps.tolist()
+            t = interleaved_medians({k: engine_round(f) for k, f in feds.items()}, repeats)
+            best = min(t["vmap"], t["loop"], t["padded"])
+            shape = f"{min(steps)}-{max(steps)} ({len(work_groups(steps, fed.client_chunk))}ch)"
+            print(f"{model:<8} {label:<18} {shape:>13} | {t['auto']:>8.3f} {t['vmap']:>8.3f} {t['loop']:>8.3f} "
+                  f"{t['padded']:>8.3f} | {t['auto'] / best:>9.2f} {t['padded'] / t['auto']:>11.2f}", flush=True)
         fed, _ = unequal_federation(model, ["partition=iid"], "auto")
         print(f"{model:<8} evaluation of 10,000 test images = {evaluation_share(fed, repeats):.1%} of an IID round (auto)")
     for name, why in NOT_ON_FMNIST.items():
@@ -224,11 +228,12 @@ def main() -> None:
     parser.add_argument("--batches", default="10,50")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--unequal", action="store_true", help="the unequal-client table (every partition)")
+    parser.add_argument("--partitions", default="", help="with --unequal: only these rows (comma-separated labels' first words)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.unequal:
-        unequal_table(args.models.split(","), args.repeats)
+        unequal_table(args.models.split(","), args.repeats, [p for p in args.partitions.split(",") if p])
         return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, K={args.steps} local steps, s/round (median)")
     header = f"{'model':<8} {'S':>4} {'B':>3} | {'eng-vmap':>9} {'eng-loop':>9} | {'seq':>9} {'bare':>9} | {'auto/best':>9} {'seq/auto':>8}"

@@ -88,3 +88,26 @@ def test_fashion_mnist_from_debian_package():
 def test_synthetic_natural_partition():
     ds = DATASETS.get("synthetic")(num_users=5, alpha=0.5, beta=0.5)
     assert ds.x_train.shape[1] == 60 and set(ds.train_owner.tolist()) == set(range(5))
+
+
+def test_digits_without_sklearn_equals_sklearns_load_and_split():
+    """The default data set reads sklearn's bundled file and the shipped split without importing
+    sklearn (start-up, issue 20): the same tensors as load_digits + train_test_split(stratify)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    from fedbench.data.datasets import digits
+
+    d = digits()
+    bunch = load_digits()
+    x = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(bunch.target)
+    train, test = train_test_split(np.arange(len(y)), test_size=0.2, random_state=0, stratify=bunch.target)
+    assert torch.equal(d.x_train, x[train]) and torch.equal(d.y_train, y[train])
+    assert torch.equal(d.x_test, x[test]) and torch.equal(d.y_test, y[test])
+    code = "import sys; from fedbench.data.datasets import digits; digits(); assert 'sklearn' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120).returncode == 0

@@ -65,9 +65,17 @@ def test_padded_chunks_agree_with_grouped_skipping_ones():
 def test_work_groups():
     # equal work: the cohort's order in consecutive chunks, as before grouping existed
     assert work_groups([5] * 7, 3) == [[0, 1, 2], [3, 4, 5], [6]]
-    # most steps first; a chunk closes below half of its first client's steps or at max_chunk
-    assert work_groups([6, 74, 43, 1, 37, 44, 4, 10, 14, 29], 10) == [[1, 5, 2, 4], [9], [8, 7], [0, 6], [3]]
-    assert work_groups([6, 74, 43, 1, 37, 44, 4, 10, 14, 29], 2) == [[1, 5], [2, 4], [9], [8, 7], [0, 6], [3]]
+    # most steps first; a chunk closes below 1/spread of its first client's steps or at max_chunk
+    steps = [6, 74, 43, 1, 37, 44, 4, 10, 14, 29]
+    assert work_groups(steps, 10) == [[1], [5, 2, 4], [9], [8], [7], [0], [6], [3]]  # spread 1.25
+    assert work_groups(steps, 10, spread=2) == [[1, 5, 2, 4], [9], [8, 7], [0, 6], [3]]
+    assert work_groups(steps, 2, spread=2) == [[1, 5], [2, 4], [9], [8, 7], [0, 6], [3]]
+    # a leftover too small to batch joins the chunk before it when that one becomes batchable and at
+    # most half idle; not when it would exceed max_chunk
+    near = [35, 34, 33, 32, 31, 30, 29, 28, 27, 27]
+    assert work_groups(near, 10, spread=1.25, min_rows=5) == [list(range(10))]
+    assert work_groups(near, 8, spread=1.25, min_rows=5) == [list(range(8)), [8, 9]]
+    assert work_groups([40, 40, 40, 40, 10, 10], 10, min_rows=5) == [[0, 1, 2, 3], [4, 5]]
     assert work_groups([6, 74, 43, 1], 3, spread=float("inf")) == [[0, 1, 2], [3]]
     groups = work_groups([3, 1, 2, 8, 8, 5], 1)
     assert sorted(i for g in groups for i in g) == list(range(6)) and all(len(g) == 1 for g in groups)

@@ -14,6 +14,7 @@ from fedbench.algorithms.base import Algorithm, Cohort, State
 from fedbench.data.base import Dataset
 from fedbench.engine.client_state import ClientStateTable
 from fedbench.engine.evaluation import evaluate
+from fedbench.engine.executors import LOOP_BELOW
 from fedbench.engine.local import ClientData, LocalWork
 from fedbench.engine.streams import sample_cohort
 from fedbench.errors import DivergenceError
@@ -80,14 +81,16 @@ def _concat(uploads: list[State]) -> State:
     return {k: torch.cat([u[k] for u in uploads]) for k in uploads[0]}
 
 
-def work_groups(steps: list[int], max_chunk: int, spread: float = 2.0) -> list[list[int]]:
+def work_groups(steps: list[int], max_chunk: int, spread: float = 1.25, min_rows: int = LOOP_BELOW) -> list[list[int]]:
     """The cohort's positions in chunks of at most `max_chunk` clients of similar local work.
 
     A chunk runs as many steps as its busiest client and its elementwise algebra spans all its
     rows, so clients are taken most-steps first and a chunk closes when the next client's steps
-    fall below 1/spread of its first's: at most half of a chunk's row-steps idle, and about
-    log2(max/min steps) chunks. Equal work, or spread=inf (no grouping), keeps the cohort's order
-    in consecutive chunks.
+    fall below 1/spread of its first's (spread 1.25, the best of 1.25-3 in
+    scripts/bench_engine.py --unequal). A chunk of fewer than `min_rows` clients (which would run as
+    a loop) joins the chunk before it when that makes it batchable and leaves at most half of the
+    joined chunk's row-steps idle. Equal work, or spread=inf, keeps the cohort's order in
+    consecutive chunks.
     """
     order = sorted(range(len(steps)), key=lambda i: -steps[i]) if math.isfinite(spread) else range(len(steps))
     groups: list[list[int]] = []
@@ -95,7 +98,14 @@ def work_groups(steps: list[int], max_chunk: int, spread: float = 2.0) -> list[l
         if not groups or len(groups[-1]) == max_chunk or steps[i] * spread < steps[groups[-1][0]]:
             groups.append([])
         groups[-1].append(i)
-    return groups
+    merged: list[list[int]] = []
+    for group in groups:
+        if merged and len(group) < min_rows <= len(merged[-1]) + len(group) <= max_chunk \
+                and 2 * steps[group[0]] >= steps[merged[-1][0]]:
+            merged[-1] = merged[-1] + group
+        else:
+            merged.append(group)
+    return merged
 
 
 def run_round(fed: Federation, state: RunState) -> tuple[float, float]:
@@ -115,7 +125,7 @@ def run_round(fed: Federation, state: RunState) -> tuple[float, float]:
         return LocalWork(fed.clients, ids_t[rows], r, lr, fed.batch_size, epochs, fed.local_steps)
 
     whole = local_work(torch.arange(len(ids), device=fed.device))
-    groups = work_groups(whole._host[3].tolist(), fed.client_chunk, 2.0 if fed.group_by_work else float("inf"))
+    groups = work_groups(whole._host[3].tolist(), fed.client_chunk, *(() if fed.group_by_work else (math.inf,)))
     chunks = []
     for group in groups:
         rows = torch.tensor(group, device=fed.device)
