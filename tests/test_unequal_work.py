@@ -86,6 +86,7 @@ def test_a_step_computes_only_the_working_clients():
     ids = torch.arange(6)
     work = LocalWork(fed.clients, ids, 0, 0.1, 3, torch.ones(6, dtype=torch.long), None)
     steps = work.steps.tolist()
+    assert work.batch(sorted(steps)[0]).rows is None  # one of six done: all rows computed, the mask discards
     t = sorted(steps)[2]  # the three clients with the fewest steps are done
     batch = work.batch(t)
     working = [i for i in range(6) if steps[i] > t]

@@ -182,12 +182,13 @@ class LocalWork:
         return batch
 
     def _working_rows(self, t: int) -> Tensor | None:
-        """Rows of the clients that take step t, or None when all do (known on the host: no sync)."""
+        """Rows of the clients that take step t once at most half of the chunk does, else None (all
+        rows computed, the finished ones masked by the algorithm). Known on the host: no sync."""
         if t < self.min_steps or not self.data.skip_done:
             return None
         working = self._host[3] > t
         count = int(working.sum())
-        if count == len(working):
+        if 2 * count > len(working):  # gathering and scattering rows costs more than half idle compute
             return None
         if count not in self._rows:  # the working set shrinks with t: its size names it
             self._rows[count] = working.nonzero().squeeze(1).to(self.ids.device)
@@ -222,8 +223,11 @@ class LocalWork:
         # short last batch is not padded to B: padding costs as much compute as data)
         sizes, per_batch, steps_per_epoch, steps = self._host
         T = torch.arange(first, first + count)[:, None]
-        epoch = T // steps_per_epoch
-        start = (T - epoch * steps_per_epoch) * per_batch
+        # a client done with its steps re-reads its last batch (skipped or masked): no permutations
+        # of epochs it never reaches (a 1-step client beside a 100-step one would need 100)
+        Tc = T.minimum((steps - 1).clamp(min=0))
+        epoch = Tc // steps_per_epoch
+        start = (Tc - epoch * steps_per_epoch) * per_batch
         end = (start + per_batch).minimum(sizes)
         widths = (end - start).masked_fill(T >= steps, 0).amax(dim=1).clamp(min=1).tolist() if s else [1] * count
         first_epoch, last_epoch = (int(epoch.min()), int(epoch.max())) if s else (0, 0)
