@@ -16,7 +16,7 @@ With --unequal: clients of unequal sizes, one local epoch each (from 1 to ~100 s
 at strong skew. Columns: `auto` (the default: vmap, the loop for fewer than 5
 working clients), the executors with the engine's grouping of clients by step count (vmap, loop), `padded` (the engine before it: one chunk, every client computing its busiest neighbour's
 steps), the ratio auto / min(vmap, loop, padded), and the share of a round the evaluation of the 10,000
-test images adds (eval_every=1).
+test images adds to a round of the reference workload (bench_peers' mlp100: 10 clients x 5 steps of 50).
 
     python scripts/bench_engine.py --unequal [--models mclr,mlp_2nn,cnn] [--repeats 3]
 """
@@ -164,8 +164,8 @@ PARTITIONS = [
 NOT_ON_FMNIST = {"natural": "the data set's own users (synthetic, LEAF)", "composite_mnist": "MNIST only (10 clients)"}
 
 
-def unequal_federation(model: str, partition: list[str], executor: str, padded: bool = False):
-    overrides = ["dataset=fmnist", f"model={model}", "num_clients=100", "clients_per_round=10", *partition,
+def unequal_federation(model: str, partition: list[str], executor: str, padded: bool = False, cohort: int = 10):
+    overrides = ["dataset=fmnist", f"model={model}", "num_clients=100", f"clients_per_round={cohort}", *partition,
                  "local_steps=null", "local_epochs=1", "batch_size=20", "eta_l=0.05", f"engine.executor={executor}",
                  "eval_every=0"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
@@ -186,10 +186,10 @@ def evaluation_share(fed, repeats: int) -> float:
     return t["eval"] / t["round"]
 
 
-def unequal_table(models: list[str], repeats: int, only: list[str] | None = None) -> None:
+def unequal_table(models: list[str], repeats: int, only: list[str] | None = None, cohort: int = 10) -> None:
     from fedbench.engine.loop import work_groups
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; FMNIST, 100 clients, 10 per round, "
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; FMNIST, 100 clients, {cohort} per round, "
           f"1 epoch of B=20; s/round (median of {repeats}+ interleaved rounds)")
     header = (f"{'model':<8} {'partition':<18} {'steps/client':>13} | {'auto':>8} {'vmap':>8} {'loop':>8} {'padded':>8} | "
               f"{'auto/best':>9} {'padded/auto':>11}")
@@ -200,10 +200,10 @@ def unequal_table(models: list[str], repeats: int, only: list[str] | None = None
             if only and label not in only and label.split()[0] not in only:
                 continue
             feds = {
-                "auto": unequal_federation(model, partition, "auto")[0],
-                "vmap": unequal_federation(model, partition, "vmap")[0],
-                "loop": unequal_federation(model, partition, "loop")[0],
-                "padded": unequal_federation(model, partition, "vmap", padded=True)[0],
+                "auto": unequal_federation(model, partition, "auto", cohort=cohort)[0],
+                "vmap": unequal_federation(model, partition, "vmap", cohort=cohort)[0],
+                "loop": unequal_federation(model, partition, "loop", cohort=cohort)[0],
+                "padded": unequal_federation(model, partition, "vmap", padded=True, cohort=cohort)[0],
             }
             fed = feds["auto"]
             ids = torch.tensor(sample_cohort(fed.seed, 0, fed.clients.num_clients, fed.clients_per_round))
@@ -213,8 +213,9 @@ def unequal_table(models: list[str], repeats: int, only: list[str] | None = None
             shape = f"{min(steps)}-{max(steps)} ({len(work_groups(steps, fed.client_chunk))}ch)"
             print(f"{model:<8} {label:<18} {shape:>13} | {t['auto']:>8.3f} {t['vmap']:>8.3f} {t['loop']:>8.3f} "
                   f"{t['padded']:>8.3f} | {t['auto'] / best:>9.2f} {t['padded'] / t['auto']:>11.2f}", flush=True)
-        fed, _ = unequal_federation(model, ["partition=iid"], "auto")
-        print(f"{model:<8} evaluation of 10,000 test images = {evaluation_share(fed, repeats):.1%} of an IID round (auto)")
+        fed, _ = federation(model, 10, 50, 5, "auto")  # the peer benchmark's reference workload
+        print(f"{model:<8} evaluation of the 10,000 test images = {evaluation_share(fed, repeats):.0%} of a round of "
+              "the reference workload (IID, 10 clients x 5 steps of 50)")
     for name, why in NOT_ON_FMNIST.items():
         print(f"(partition {name}: not on Fashion-MNIST: {why})")
 
@@ -228,12 +229,13 @@ def main() -> None:
     parser.add_argument("--batches", default="10,50")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--unequal", action="store_true", help="the unequal-client table (every partition)")
+    parser.add_argument("--cohort", type=int, default=10, help="with --unequal: clients per round")
     parser.add_argument("--partitions", default="", help="with --unequal: only these rows (comma-separated labels' first words)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.unequal:
-        unequal_table(args.models.split(","), args.repeats, [p for p in args.partitions.split(",") if p])
+        unequal_table(args.models.split(","), args.repeats, [p for p in args.partitions.split(",") if p], args.cohort)
         return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, K={args.steps} local steps, s/round (median)")
     header = f"{'model':<8} {'S':>4} {'B':>3} | {'eng-vmap':>9} {'eng-loop':>9} | {'seq':>9} {'bare':>9} | {'auto/best':>9} {'seq/auto':>8}"

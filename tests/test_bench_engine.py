@@ -39,3 +39,25 @@ def test_interleaved_medians_times_every_variant():
 
     t = bench_engine.interleaved_medians({"a": bump("a"), "b": bump("b")}, repeats=3, min_seconds=0.0)
     assert set(t) == {"a", "b"} and calls == {"a": 4, "b": 4}  # a warm-up call and 3 timed passes each
+
+
+def test_unequal_table_variants_compute_the_same_round():
+    """bench_engine --unequal compares auto, vmap, loop and the padded engine on Dirichlet clients:
+    the same round each, or the ratios compare different work."""
+    from conftest import require_data
+    from fedbench.data.locations import fmnist_folder
+    from fedbench.engine.loop import initial_state, run_round
+
+    require_data(fmnist_folder() is not None, "Fashion-MNIST not installed")
+    partition = ["partition=dirichlet", "partition.alpha=0.1"]
+    feds = {name: bench_engine.unequal_federation("mclr", partition, executor, padded=name == "padded")[0]
+            for name, executor in (("auto", "auto"), ("vmap", "vmap"), ("loop", "loop"), ("padded", "vmap"))}
+    assert not feds["padded"].group_by_work and feds["auto"].group_by_work
+    rounds = {}
+    for name, fed in feds.items():
+        state = initial_state(fed)
+        run_round(fed, state)
+        rounds[name] = state.server["x"]
+    assert (rounds["auto"] - feds["auto"].x0).abs().max() > 1e-3
+    for name in ("vmap", "loop", "padded"):
+        assert torch.allclose(rounds[name], rounds["auto"], atol=1e-5), name
