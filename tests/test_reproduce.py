@@ -4,6 +4,7 @@ arithmetic on tiny fake inputs, one end-to-end run, and the ci scale of every CP
 from __future__ import annotations
 
 import math
+import re
 import shutil
 
 import numpy as np
@@ -197,6 +198,8 @@ def test_cli_runs_the_grid_saves_the_comparison_and_exits_1_on_a_failed_claim(ti
     csv = pd.read_csv(out / "comparison.csv")
     assert len(csv) == 8 and set(csv["n"]) == {1}  # 4 arms x 2 metrics, one seed
     assert (out / "figure.png").stat().st_size > 0 and (out / "comparison.md").exists()
+    measured = re.search(r"Compute: measured (\d+) s on a \d+-core CPU \(catalog estimate: ", (out / "comparison.md").read_text())
+    assert measured and 0 <= int(measured.group(1)) < 600
     table = seen["table"]
     assert ((table["mean"] >= 0) | np.isinf(table["mean"])).all()
 

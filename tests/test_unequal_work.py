@@ -15,9 +15,9 @@ from fedbench.engine.local import LocalWork
 from fedbench.engine.loop import initial_state, run, work_groups
 
 # sizes grow with the client id and the aggregation weighs by them: chunks out of cohort order
-# must be put back in it. Client k holds 6 * 1.6**k samples (6 .. 161) in batches of 3: 2 to 54 local steps per epoch
+# must be put back in it; chunks of at most 6 of the 8 clients: a batched chunk, a loop one. Client k holds 6 * 1.6**k samples (6 .. 161) in batches of 3: 2 to 54 local steps per epoch
 UNEQUAL = [
-    *LSTSQ, "dataset.samples_per_user=6", "dataset.size_growth=1.6", "clients_per_round=6",
+    *LSTSQ, "dataset.samples_per_user=6", "dataset.size_growth=1.6", "clients_per_round=8", "engine.client_chunk=6",
     "local_steps=null", "local_epochs=1", "batch_size=3", "rounds=3", "eta_l=0.01", "aggregation=num_samples",
 ]
 # (settings a method imposes, e.g. the composite methods' equal local steps, are left to it)
@@ -67,7 +67,7 @@ def test_work_groups():
     assert work_groups([5] * 7, 3) == [[0, 1, 2], [3, 4, 5], [6]]
     # most steps first; a chunk closes below 1/spread of its first client's steps or at max_chunk
     steps = [6, 74, 43, 1, 37, 44, 4, 10, 14, 29]
-    assert work_groups(steps, 10) == [[1], [5, 2, 4], [9], [8], [7], [0], [6], [3]]  # spread 1.25
+    assert work_groups(steps, 10) == [[1], [5, 2, 4], [9], [8], [7], [0], [6], [3]]  # spread 1.25 (the default)
     assert work_groups(steps, 10, spread=2) == [[1, 5, 2, 4], [9], [8, 7], [0, 6], [3]]
     assert work_groups(steps, 2, spread=2) == [[1, 5], [2, 4], [9], [8, 7], [0, 6], [3]]
     # a leftover too small to batch joins the chunk before it when that one becomes batchable and at
@@ -123,3 +123,9 @@ def test_auto_hands_few_rows_to_the_loop_and_composes_with_torch_func():
     xb, yb = x[:8].view(2, 4, *x.shape[1:]), y[:8].view(2, 4)
     _, tangent = torch.func.jvp(lambda Z: hybrid(Z, xb, yb, None)[0], (X,), (torch.ones_like(X),))
     assert torch.isfinite(tangent).all()
+
+
+def test_small_models_tolerate_more_idle_rows():
+    from fedbench.engine.loop import work_spread
+
+    assert work_spread(7_850) > 4 > 1.5 > work_spread(199_210) > 1.25 < work_spread(10**9) < 1.26

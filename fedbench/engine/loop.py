@@ -81,13 +81,20 @@ def _concat(uploads: list[State]) -> State:
     return {k: torch.cat([u[k] for u in uploads]) for k in uploads[0]}
 
 
+def work_spread(dim: int) -> float:
+    """How unequal the step counts of one chunk may be (the first client's over the last's). An idle
+    row costs elementwise work ~ d per step, a chunk a fixed ~1 ms of calls per step: small models
+    tolerate more idle rows (mclr, d = 7,850: 4.4; mlp_2nn, d = 199,210: 1.4;
+    scripts/bench_engine.py --unequal measured 4-16 best for mclr, 1.25-1.5 for mlp_2nn)."""
+    return 1.25 + 25_000 / max(dim, 1)
+
+
 def work_groups(steps: list[int], max_chunk: int, spread: float = 1.25, min_rows: int = LOOP_BELOW) -> list[list[int]]:
     """The cohort's positions in chunks of at most `max_chunk` clients of similar local work.
 
     A chunk runs as many steps as its busiest client and its elementwise algebra spans all its
     rows, so clients are taken most-steps first and a chunk closes when the next client's steps
-    fall below 1/spread of its first's (spread 1.25, the best of 1.25-3 in
-    scripts/bench_engine.py --unequal). A chunk of fewer than `min_rows` clients (which would run as
+    fall below 1/spread of its first's (`work_spread`). A chunk of fewer than `min_rows` clients (which would run as
     a loop) joins the chunk before it when that makes it batchable and leaves at most half of the
     joined chunk's row-steps idle. Equal work, or spread=inf, keeps the cohort's order in
     consecutive chunks.
@@ -125,7 +132,8 @@ def run_round(fed: Federation, state: RunState) -> tuple[float, float]:
         return LocalWork(fed.clients, ids_t[rows], r, lr, fed.batch_size, epochs, fed.local_steps)
 
     whole = local_work(torch.arange(len(ids), device=fed.device))
-    groups = work_groups(whole._host[3].tolist(), fed.client_chunk, *(() if fed.group_by_work else (math.inf,)))
+    spread = work_spread(fed.flat.dim) if fed.group_by_work else math.inf
+    groups = work_groups(whole._host[3].tolist(), fed.client_chunk, spread)
     chunks = []
     for group in groups:
         rows = torch.tensor(group, device=fed.device)

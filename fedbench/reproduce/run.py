@@ -206,19 +206,31 @@ def evaluate(rep: Reproduction, scale_name: str, runs: list[RunResult]) -> tuple
     return table, claims
 
 
-def report(rep: Reproduction, scale_name: str, table: pd.DataFrame, claims: list[Claim]) -> str:
+def machine() -> str:
+    """What a measured compute time ran on: 'a 2-core CPU' or the GPU's name."""
+    import torch
+
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(0)} ({os.cpu_count()} CPU cores)"
+    return f"a {os.cpu_count()}-core CPU"
+
+
+def report(rep: Reproduction, scale_name: str, table: pd.DataFrame, claims: list[Claim], seconds: float | None = None) -> str:
     scale = rep.scales[scale_name]
     lines = [f"## {rep.name} — {rep.title} (scale {scale_name})", ""]
     if scale.note:
         lines += [f"Setting: {scale.note}", ""]
+    if seconds is not None:  # the catalog's figure is an estimate; this is what the grid took here
+        lines += [f"Compute: measured {seconds:.0f} s on {machine()} (catalog estimate: {scale.compute})", ""]
     lines += [to_markdown(table), "", "Claims:"]
     lines += [f"- [{'x' if c.holds else ' '}] {c.text}" + (f" ({c.detail})" if c.detail else "") for c in claims]
     return "\n".join(lines)
 
 
-def save(rep: Reproduction, scale_name: str, runs, table, claims, out: Path, stamp: str, uri: str) -> tuple[str, list[Path]]:
+def save(rep: Reproduction, scale_name: str, runs, table, claims, out: Path, stamp: str, uri: str,
+         seconds: float | None = None) -> tuple[str, list[Path]]:
     out.mkdir(parents=True, exist_ok=True)
-    markdown = report(rep, scale_name, table, claims)
+    markdown = report(rep, scale_name, table, claims, seconds)
     files = [out / "comparison.md", out / "comparison.csv"]
     files[0].write_text(markdown + "\n")
     to_csv_frame(table).to_csv(files[1], index=False)
@@ -252,6 +264,7 @@ def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] 
         raise ConfigError(f"{rep.name} cannot run here: missing {', '.join(lacking)}")
     check_data(rep, scale, extra)
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"  # two reproductions started in one second stay apart
+    started = time.perf_counter()
     out = outputs / rep.name
     failures = run_grid(rep, scale, stamp, out, extra)
     uri = tracking_uri(extra)
@@ -261,7 +274,8 @@ def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] 
     table, claims = evaluate(rep, scale_name, runs)
     if failures:
         claims.append(Claim("every job of the grid ran to the end", False, "failed: " + "; ".join(failures)))
-    markdown, files = save(rep, scale_name, runs, table, claims, out / scale_name, stamp, uri)
+    markdown, files = save(rep, scale_name, runs, table, claims, out / scale_name, stamp, uri,
+                           time.perf_counter() - started)
     return Outcome(table, claims, markdown, files)
 
 
