@@ -181,13 +181,13 @@ def evaluation_share(fed, repeats: int) -> float:
     from fedbench.engine.evaluation import evaluate
 
     data, x = fed.dataset, fed.x0
-    t = interleaved_medians({"eval": lambda: evaluate(fed.flat, x, data.x_test, data.y_test, data.task),
+    t = interleaved_medians({"eval": lambda: evaluate(fed.flat, x, data.x_test, data.y_test, data.task, fed.eval_batch),
                              "round": engine_round(fed)}, repeats)
     return t["eval"] / t["round"]
 
 
 def unequal_table(models: list[str], repeats: int, only: list[str] | None = None, cohort: int = 10) -> None:
-    from fedbench.engine.loop import work_groups
+    from fedbench.engine.loop import work_groups, work_spread
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; FMNIST, 100 clients, {cohort} per round, "
           f"1 epoch of B=20; s/round (median of {repeats}+ interleaved rounds)")
@@ -210,7 +210,7 @@ def unequal_table(models: list[str], repeats: int, only: list[str] | None = None
             steps = LocalWork(fed.clients, ids, 0, 0.05, 20, torch.ones_like(ids), None).steps.tolist()
             t = interleaved_medians({k: engine_round(f) for k, f in feds.items()}, repeats)
             best = min(t["vmap"], t["loop"], t["padded"])
-            shape = f"{min(steps)}-{max(steps)} ({len(work_groups(steps, fed.client_chunk))}ch)"
+            shape = f"{min(steps)}-{max(steps)} ({len(work_groups(steps, fed.client_chunk, work_spread(fed.flat.dim)))}ch)"
             print(f"{model:<8} {label:<18} {shape:>13} | {t['auto']:>8.3f} {t['vmap']:>8.3f} {t['loop']:>8.3f} "
                   f"{t['padded']:>8.3f} | {t['auto'] / best:>9.2f} {t['padded'] / t['auto']:>11.2f}", flush=True)
         fed, _ = federation(model, 10, 50, 5, "auto")  # the peer benchmark's reference workload

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from fedbench.algorithms.base import Setting
 from fedbench.config import params_of, validate
 from fedbench.data import DATASETS, fingerprint, make_partition
-from fedbench.engine.executors import auto_executor, auto_loop_below, make_grad_fn
+from fedbench.engine.executors import auto_executor, auto_loop_below, eval_batch_size, make_grad_fn
 from fedbench.engine.local import ClientData, objective_gradient
 from fedbench.engine.loop import Federation
 from fedbench.errors import ConfigError
@@ -132,6 +132,7 @@ def build_federation(cfg: DictConfig) -> tuple[Federation, BuildInfo]:
         aggregation=cfg.aggregation,
         client_state_device=device if state_device == "auto" else torch.device(state_device),
         device=device,
+        eval_batch=eval_batch_size(cfg.model.name, device),
     )
     info = BuildInfo(fingerprint(parts), flat.dim, executor, str(device), len(dataset.y_train), len(dataset.y_test))
     return fed, info

@@ -43,6 +43,7 @@ class Federation:
     client_state_device: torch.device
     device: torch.device
     group_by_work: bool = True  # chunks of clients with similar step counts (work_groups)
+    eval_batch: int = 4096  # samples per evaluation call (executors.eval_batch_size)
 
     @property
     def eta_l(self) -> float:
@@ -214,12 +215,12 @@ def run(
         t0 = time.perf_counter()
         last = state.round == fed.rounds
         if fed.eval_every and (state.round % fed.eval_every == 0 or last):
-            for k, v in evaluate(fed.flat, x, data.x_test, data.y_test, data.task).items():
+            for k, v in evaluate(fed.flat, x, data.x_test, data.y_test, data.task, fed.eval_batch).items():
                 metrics[f"test_{k}"] = v
             if data.model_metrics is not None:
                 metrics.update(data.model_metrics(x))
         if fed.train_loss_every and (state.round % fed.train_loss_every == 0 or last):
-            for k, v in evaluate(fed.flat, x, data.x_train, data.y_train, data.task).items():
+            for k, v in evaluate(fed.flat, x, data.x_train, data.y_train, data.task, fed.eval_batch).items():
                 metrics[f"train_{k}"] = v
         state.eval_time += time.perf_counter() - t0
         metrics["eval_time"] = state.eval_time
