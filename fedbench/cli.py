@@ -111,10 +111,15 @@ def _hydra_task(cfg) -> float:
     from fedbench.runner import objective_value, run_job
     from fedbench.multirun import FAILED_MARKER
 
+    from omegaconf import OmegaConf
+
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     out = Path(hc.runtime.output_dir)
-    tags = {"overrides": " ".join(hc.overrides.task)[:5000]}
+    # the overrides as typed: `rounds=${oops} rounds=1` is a valid command (the last value wins),
+    # and reading its first item as config would resolve ${oops}
+    typed = " ".join(OmegaConf.to_container(hc.overrides.task, resolve=False))
+    tags = {"overrides": typed[:5000]}
     if multirun:
         tags.update(sweep_dir=str(Path(hc.sweep.dir).resolve()), sweep_job=str(hc.job.num))
     marker = out / FAILED_MARKER
@@ -140,7 +145,7 @@ def _hydra_task(cfg) -> float:
 
             traceback.print_exc()
         # the parent process reads these markers (jobs may run in other processes: joblib, Ray)
-        marker.write_text(f"job {hc.job.num} ({' '.join(hc.overrides.task)}): {exc}\n")
+        marker.write_text(f"job {hc.job.num} ({typed}): {exc}\n")
         return float("nan")
     return objective_value(summary, cfg)
 

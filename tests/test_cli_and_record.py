@@ -29,13 +29,15 @@ def _runs(db: Path):
 
 def test_run_records_params_metrics_and_rounds_to_target(tmp_path):
     db = tmp_path / "m.db"
-    out = fedbench("run", "rounds=6", "targets=[0.5,0.99]", f"tracking.uri=sqlite:///{db}",
-                   f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
+    # a bad interpolation overridden later on the same line is a valid command (the last value wins)
+    out = fedbench("run", "rounds=6", "targets=[0.5,0.99]", f"tracking.uri=sqlite:///{db}", "eta_g=${oops}",
+                   "eta_g=1.0", f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     client, runs = _runs(db)
     assert len(runs) == 1
     run = runs[0]
     assert run.info.status == "FINISHED"
+    assert "eta_g=${oops} eta_g=1.0" in run.data.tags["overrides"]  # recorded as typed
     assert run.data.params["algorithm.name"] == "fedavg"
     assert run.data.params["rounds"] == "6"
     assert len(run.data.tags["partition_fingerprint"]) == 12
