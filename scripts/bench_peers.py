@@ -112,7 +112,8 @@ def client_batches(fed, r: int, ids: list[int]) -> list[list[torch.Tensor]]:
     from fedbench.engine.local import LocalWork
 
     ids_t = torch.tensor(ids)
-    work = LocalWork(fed.clients, ids_t, r, fed.algorithm.setting.local_lr(r), fed.batch_size, torch.ones_like(ids_t), None)
+    every_row = dataclasses.replace(fed.clients, skip_done=False)  # batch(t) with a row per client
+    work = LocalWork(every_row, ids_t, r, fed.algorithm.setting.local_lr(r), fed.batch_size, torch.ones_like(ids_t), None)
     out: list[list[torch.Tensor]] = [[] for _ in ids]
     for t in range(work.max_steps):
         idx, valid = work.batch_index(t), work.batch(t).w > 0
