@@ -11,7 +11,7 @@ import torch
 
 from conftest import require_data
 from fedbench.data import DATASETS
-from fedbench.data.datasets import DEBIAN_FASHION_MNIST
+from fedbench.data.locations import DEBIAN_FASHION_MNIST
 from fedbench.data.idx import read_idx
 from fedbench.errors import DataUnavailableError
 

@@ -19,7 +19,7 @@ def listing(tmp_path_factory):
 
 
 def test_list_shows_every_config_file_variants_and_presets(listing):
-    from fedbench.data.datasets import fmnist_folder
+    from fedbench.data.locations import fmnist_folder
 
     names = {line.split()[0] for line in listing.splitlines() if line.startswith("  ") and line.split()}
     for group in ("algorithm", "dataset", "partition", "model"):

@@ -183,7 +183,7 @@ def test_a_partial_data_folder_is_named_before_falling_back(tmp_path):
     folder = tmp_path / "data" / "fmnist"
     write_mnist_like(folder)
     (folder / "t10k-labels-idx1-ubyte").unlink()
-    from fedbench.data.datasets import DEBIAN_FASHION_MNIST
+    from fedbench.data.locations import DEBIAN_FASHION_MNIST
 
     if not DEBIAN_FASHION_MNIST.is_dir():
         pytest.skip("needs Debian's dataset-fashion-mnist")

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 from fedbench.registry import Registry
 
-ALGORITHMS: Registry = Registry("algorithm")
+ALGORITHMS: Registry = Registry("algorithm", package="fedbench.algorithms")
 
 
 def register(name: str, description: str = ""):
@@ -19,9 +16,7 @@ def register(name: str, description: str = ""):
 
 
 def load_all() -> Registry:
-    """Import every module of fedbench.algorithms, so adding an algorithm is adding a file."""
-    import fedbench.algorithms as package
-
-    for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"fedbench.algorithms.{module.name}")
+    """The registry with every module of fedbench.algorithms imported (adding an algorithm is
+    adding a file; the registry fills itself on first use)."""
+    ALGORITHMS.names()
     return ALGORITHMS

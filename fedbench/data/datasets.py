@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -12,11 +11,12 @@ import torch
 from fedbench.data.base import Dataset, standardize_images
 from fedbench.data.checksums import verify as verify_checksums
 from fedbench.data.idx import read_idx
-from fedbench.data.locations import DEBIAN_FASHION_MNIST, IDX_STEMS, find_idx_file, fmnist_folder, fmnist_folders  # noqa: F401 (re-exported)
+from fedbench.data.locations import DEBIAN_FASHION_MNIST, IDX_STEMS, find_idx_file, fmnist_folders
 from fedbench.errors import DataUnavailableError
 from fedbench.registry import Registry
 
 DATASETS: Registry = Registry("dataset", package="fedbench.data")
+
 
 @DATASETS.register("digits", "scikit-learn's bundled 8x8 handwritten digits (1,797 images, offline)")
 def digits(root: str = "data", download: bool = False, test_fraction: float = 0.2) -> Dataset:

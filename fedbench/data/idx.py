@@ -10,7 +10,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedbench.data.locations import find_idx_file  # noqa: F401 (re-exported)
 from fedbench.errors import DataUnavailableError
 
 _DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}

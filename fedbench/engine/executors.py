@@ -96,6 +96,9 @@ def make_grad_fn(flat: FlatModel, task: str, executor: str, loop_below: int = 0)
     raise unknown_choice("engine.executor", executor, (*EXECUTORS, "auto"))
 
 
+CONV_NETS = ("cnn", "lenet", "resnet")
+
+
 def auto_loop_below(executor: str, device: torch.device) -> int:
     """Rows below which `auto`'s vmap executor runs the loop: on a CPU only (a GPU's kernel
     launches make the loop the slower one at any count)."""
@@ -107,9 +110,6 @@ def eval_batch_size(model_name: str, device: torch.device) -> int:
     of 4,096 (their activations stay in cache; cnn on Fashion-MNIST: 1.8 s vs 3.6 s for 10,000
     test images), the others gain nothing from smaller ones."""
     return 128 if device.type == "cpu" and model_name.startswith(CONV_NETS) else 4096
-
-
-CONV_NETS = ("cnn", "lenet", "resnet")
 
 
 def auto_executor(model_name: str, device: torch.device) -> str:

@@ -100,6 +100,25 @@ class _Schedule:
     start: Tensor  # [L, s] first position of each step's batch in the client's permutation
 
 
+def step_schedule(sizes: Tensor, batch_size: int, epochs: Tensor | None, local_steps: int | None
+                  ) -> tuple[Tensor, Tensor, Tensor]:
+    """(batch size, steps per epoch, local steps) of clients with `sizes` samples: epoch mode when
+    `epochs` is given (the last batch of an epoch short), else `local_steps` full batches."""
+    B = batch_size
+    if B <= 0:
+        per_batch, steps_per_epoch = sizes.clone(), torch.ones_like(sizes)
+    elif epochs is not None:
+        per_batch, steps_per_epoch = torch.full_like(sizes, B).minimum(sizes), -(-sizes // B)
+    else:
+        per_batch = torch.full_like(sizes, B).minimum(sizes)
+        steps_per_epoch = (sizes // per_batch).clamp(min=1)
+    if epochs is not None:
+        steps = steps_per_epoch * epochs.to(sizes.device)
+    else:
+        steps = torch.full_like(sizes, int(local_steps or 0))
+    return per_batch, steps_per_epoch, steps
+
+
 @dataclass
 class LocalWork:
     """One round's local work of a chunk of s clients.
@@ -121,20 +140,8 @@ class LocalWork:
     def __post_init__(self):
         self.sizes = self.data.size[self.ids]  # [s]
         self._index = self.data.index[self.ids]  # [s, n_max]
-        B = self.batch_size
-        if B <= 0:
-            self.per_batch = self.sizes.clone()
-            self.steps_per_epoch = torch.ones_like(self.sizes)
-        elif self.epochs is not None:
-            self.per_batch = torch.full_like(self.sizes, B).minimum(self.sizes)
-            self.steps_per_epoch = -(-self.sizes // B)
-        else:
-            self.per_batch = torch.full_like(self.sizes, B).minimum(self.sizes)
-            self.steps_per_epoch = (self.sizes // self.per_batch).clamp(min=1)
-        if self.epochs is not None:
-            self.steps = self.steps_per_epoch * self.epochs.to(self.sizes.device)
-        else:
-            self.steps = torch.full_like(self.sizes, int(self.local_steps or 0))
+        self.per_batch, self.steps_per_epoch, self.steps = step_schedule(
+            self.sizes, self.batch_size, self.epochs, self.local_steps)
         self.max_steps = int(self.steps.max()) if len(self.steps) else 0
         self.min_steps = int(self.steps.min()) if len(self.steps) else 0  # steps all clients take
         # Host copies: each step's batch width is known without a device sync.

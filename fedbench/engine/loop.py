@@ -15,7 +15,7 @@ from fedbench.data.base import Dataset
 from fedbench.engine.client_state import ClientStateTable
 from fedbench.engine.evaluation import evaluate
 from fedbench.engine.executors import LOOP_BELOW
-from fedbench.engine.local import ClientData, LocalWork
+from fedbench.engine.local import ClientData, LocalWork, step_schedule
 from fedbench.engine.streams import sample_cohort
 from fedbench.errors import DivergenceError
 from fedbench.models.flat import FlatModel
@@ -116,6 +116,12 @@ def work_groups(steps: list[int], max_chunk: int, spread: float = 1.25, min_rows
     return merged
 
 
+def local_work(fed: Federation, ids: Tensor, round_: int, lr: float) -> LocalWork:
+    """The local work of clients `ids` in a round, with the run's schedule (epochs or steps)."""
+    epochs = None if fed.local_epochs is None else torch.full((len(ids),), fed.local_epochs, device=fed.device)
+    return LocalWork(fed.clients, ids, round_, lr, fed.batch_size, epochs, fed.local_steps)
+
+
 def run_round(fed: Federation, state: RunState) -> tuple[float, float]:
     """One communication round in place on `state`; returns (floats down, floats up)."""
     algo, r = fed.algorithm, state.round
@@ -126,19 +132,12 @@ def run_round(fed: Federation, state: RunState) -> tuple[float, float]:
     cohort = Cohort(round=r, ids=ids_t, sizes=sizes, weights=weights)
     down = algo.broadcast(state.server, r)
     lr = algo.setting.local_lr(r)
-    epochs_all = None if fed.local_epochs is None else torch.full((len(ids),), fed.local_epochs, device=fed.device)
-
-    def local_work(rows: Tensor) -> LocalWork:
-        epochs = None if epochs_all is None else epochs_all[rows]
-        return LocalWork(fed.clients, ids_t[rows], r, lr, fed.batch_size, epochs, fed.local_steps)
-
-    whole = local_work(torch.arange(len(ids), device=fed.device))
+    epochs = None if fed.local_epochs is None else torch.full((len(ids),), fed.local_epochs)
+    steps = step_schedule(sizes.cpu(), fed.batch_size, epochs, fed.local_steps)[2].tolist()
     spread = work_spread(fed.flat.dim) if fed.group_by_work else math.inf
-    groups = work_groups(whole._host[3].tolist(), fed.client_chunk, spread)
-    chunks = []
-    for group in groups:
-        rows = torch.tensor(group, device=fed.device)
-        chunks.append(([ids[i] for i in group], local_work(rows)))
+    groups = work_groups(steps, fed.client_chunk, spread)
+    chunks = [([ids[i] for i in group], local_work(fed, ids_t[torch.tensor(group, device=fed.device)], r, lr))
+              for group in groups]
     # the chunks' uploads, concatenated, are in `order`; `restore` puts them back in cohort order
     order = [i for group in groups for i in group]
     restore = None if order == sorted(order) else torch.tensor(order, device=fed.device).argsort()
@@ -174,11 +173,9 @@ def warm_up(fed: Federation, state: RunState) -> float:
     here and logged as `warmup_time`, so `wall_time` measures rounds alike. Returns its seconds."""
     t0 = time.perf_counter()
     cohort = sample_cohort(fed.seed, state.round, fed.clients.num_clients, fed.clients_per_round)
-    ids = torch.as_tensor(cohort[: fed.client_chunk], device=fed.device)
-    epochs = None if fed.local_epochs is None else torch.full((len(ids),), fed.local_epochs, device=fed.device)
-    work = LocalWork(fed.clients, ids, state.round, 0.0, fed.batch_size, epochs, fed.local_steps)
+    work = local_work(fed, torch.as_tensor(cohort[: fed.client_chunk], device=fed.device), state.round, 0.0)
     x = fed.algorithm.model(state.server)
-    work.grad(x.expand(len(ids), -1), work.batch(0))
+    work.grad(x.expand(work.num_clients, -1), work.batch(0))
     if fed.eval_every:
         data = fed.dataset
         evaluate(fed.flat, x, data.x_test[:2], data.y_test[:2], data.task)

@@ -8,7 +8,7 @@ from torch import nn
 
 from fedbench.registry import Registry
 
-MODELS: Registry = Registry("model")
+MODELS: Registry = Registry("model", package="fedbench.models")
 
 
 @MODELS.register("mclr", "multinomial logistic regression (one linear layer)")
