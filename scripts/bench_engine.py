@@ -28,14 +28,13 @@ import statistics
 import time
 
 import torch
-from hydra import compose, initialize_config_dir
 from torch.func import functional_call, grad, vmap
 
-from fedbench.cli import CONF_DIR
-from fedbench.engine.build import build_federation
+from fedbench.config.compose import compose
+from fedbench.runs.build import build_federation
 from fedbench.engine.local import LocalWork
 from fedbench.engine.loop import initial_state, run_round
-from fedbench.engine.streams import sample_cohort
+from fedbench.core.streams import sample_cohort
 
 
 def federation(model: str, S: int, B: int, K: int, executor: str):
@@ -44,9 +43,7 @@ def federation(model: str, S: int, B: int, K: int, executor: str):
         "local_epochs=null", f"local_steps={K}", f"batch_size={B}", "eta_l=0.05", f"engine.executor={executor}",
         "eval_every=0",
     ]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        cfg = compose("config", overrides=overrides)
-    return build_federation(cfg)
+    return build_federation(compose(overrides))
 
 
 def interleaved_medians(fns: dict, repeats: int, min_seconds: float = 1.0) -> dict[str, float]:
@@ -81,7 +78,7 @@ class CohortBatches:
     any training loop over in-memory data must."""
 
     def __init__(self, fed, K: int):
-        from fedbench.engine.streams import sample_cohort
+        from fedbench.core.streams import sample_cohort
 
         ids = torch.tensor(sample_cohort(fed.seed, 0, fed.clients.num_clients, fed.clients_per_round))
         work = LocalWork(fed.clients, ids, 0, fed.algorithm.setting.eta_l, fed.batch_size, None, K)
@@ -168,9 +165,7 @@ def unequal_federation(model: str, partition: list[str], executor: str, padded: 
     overrides = ["dataset=fmnist", f"model={model}", "num_clients=100", f"clients_per_round={cohort}", *partition,
                  "local_steps=null", "local_epochs=1", "batch_size=20", "eta_l=0.05", f"engine.executor={executor}",
                  "eval_every=0"]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        cfg = compose("config", overrides=overrides)
-    fed, info = build_federation(cfg)
+    fed, info = build_federation(compose(overrides))
     if padded:  # the engine before grouping: one chunk pads every client to the busiest one's steps
         fed.group_by_work = fed.clients.skip_done = False
     return fed, info

@@ -23,7 +23,7 @@ Frameworks, each in its own process (start-up = process launch to the start of r
             kernel-only bound, timed in the orchestrating process
 
 Fairness: all start from the same initial weights (fedbench's seeded model), train the cohorts
-of fedbench.engine.streams.sample_cohort, and visit each client's samples in the order that
+of fedbench.core.streams.sample_cohort, and visit each client's samples in the order that
 fedbench.engine.local.LocalWork.batch gives (the peers' shuffling is replaced by that order).
 Checks: every framework's round-1 global model equals `seq`'s to 1e-4 (max abs), and test
 accuracies after the last round agree within 0.5 points.
@@ -72,10 +72,8 @@ FRAMEWORKS = ("fedbench", "seq", "flower", "pfl")
 def federation(w: dict, rounds: int):
     """fedbench's Federation for a workload (a WORKLOADS entry): its own partition (unequal
     clients) or, by default, the equal-size IID split."""
-    from hydra import compose, initialize_config_dir
-
-    from fedbench.cli import CONF_DIR
-    from fedbench.engine.build import build_federation
+    from fedbench.config.compose import compose
+    from fedbench.runs.build import build_federation
     from fedbench.engine.local import ClientData
 
     overrides = [
@@ -83,9 +81,7 @@ def federation(w: dict, rounds: int):
         f"clients_per_round={w['cohort']}", "local_steps=null", "local_epochs=1", f"batch_size={BATCH}",
         f"eta_l={LR}", "eval_every=0", f"rounds={rounds}", f"seed={SEED}", "engine.device=cpu",
     ]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        cfg = compose("config", overrides=overrides)
-    fed, info = build_federation(cfg)
+    fed, info = build_federation(compose(overrides))
     if "partition" in w:
         return fed, info
     # The iid partition splits all 60,000 images; the 100-client workload holds 250 each.
@@ -101,7 +97,7 @@ def split(num_samples: int, num_clients: int, per_client: int) -> list[np.ndarra
 
 
 def cohort(fed, r: int) -> list[int]:
-    from fedbench.engine.streams import sample_cohort
+    from fedbench.core.streams import sample_cohort
 
     return sample_cohort(fed.seed, r, fed.clients.num_clients, fed.clients_per_round).tolist()
 

@@ -72,7 +72,7 @@ def render(rows: list[tuple[str, str]], commands: list[tuple[str, str]] = ()) ->
 
 
 def main() -> None:
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # tests/ modules import conftest as pytest does
+    sys.path[:0] = [str(ROOT)]  # tests/ is a package: its modules import tests.conftest
     import tempfile
 
     from tests.bad_inputs import CASES, COMMAND_CASES, diagnose, diagnose_command, make_fixtures

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-CONF = Path(__file__).resolve().parent.parent / "fedbench" / "conf"
+CONF = Path(__file__).resolve().parent.parent / "fedbench" / "config" / "conf"
 
 CASES: list[tuple[str, str]] = [
     # unknown names
@@ -92,9 +92,9 @@ def diagnose(line: str) -> str:
     preflight over every job, then building the run (data, partition, model) as run_job does."""
     from hydra import compose, initialize_config_dir
 
-    from fedbench.engine.build import build_federation
-    from fedbench.errors import FedbenchError
-    from fedbench.preflight import preflight
+    from fedbench.runs.build import build_federation
+    from fedbench.core.errors import FedbenchError
+    from fedbench.config.preflight import preflight
 
     argv = ["--multirun" if a == "-m" else a for a in line.split()]
     try:
@@ -163,8 +163,8 @@ def diagnose_command(line: str, tmp: Path) -> str:
 
     import click
 
-    from fedbench.cli import app
-    from fedbench.errors import FedbenchError
+    from fedbench.cli.app import app
+    from fedbench.core.errors import FedbenchError
 
     args = shlex.split(line.replace("{tmp}", str(tmp)))
     if args[0] == "run":

@@ -9,7 +9,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-CONF = str(Path(__file__).resolve().parent.parent / "fedbench" / "conf")
+CONF = str(Path(__file__).resolve().parent.parent / "fedbench" / "config" / "conf")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 torch.set_num_threads(1)
@@ -35,7 +35,7 @@ def tracking(tmp_path):
 
 
 def run_history(*overrides: str):
-    from fedbench.engine.build import build_federation
+    from fedbench.runs.build import build_federation
     from fedbench.engine.loop import run
 
     fed, _ = build_federation(make_cfg(*overrides))
@@ -44,7 +44,7 @@ def run_history(*overrides: str):
 
 def build(*overrides):
     """The Federation of a composed config."""
-    from fedbench.engine.build import build_federation
+    from fedbench.runs.build import build_federation
 
     return build_federation(make_cfg(*overrides))[0]
 

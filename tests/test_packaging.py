@@ -63,4 +63,4 @@ def test_a_users_config_folder_adds_groups_and_a_missing_one_is_one_line(tmp_pat
                                                       "FEDBENCH_CONF": str(tmp_path / "nowhere")})
     assert bad.returncode == 2 and error_lines(bad.stderr) == [
         f"error: no config.yaml in the config directory {tmp_path / 'nowhere'} (from FEDBENCH_CONF); point "
-        "FEDBENCH_CONF at a copy of fedbench/conf, or unset it to use the packaged configs"]
+        "FEDBENCH_CONF at a copy of fedbench/config/conf, or unset it to use the packaged configs"]

@@ -7,13 +7,13 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from fedbench.engine.local import Batch, LocalWork
+from fedbench.core.types import Batch, ClientWork
 
 Direction = Callable[[int, Tensor, Tensor, Batch], Tensor]
 
 
 def local_sgd(
-    work: LocalWork,
+    work: ClientWork,
     x0: Tensor,
     direction: Direction | None = None,
     momentum: float = 0.0,

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from fedbench.algorithms.base import Algorithm, ClientStateSpec, Cohort, Setting, State
+from fedbench.core.types import ClientStateSpec, Cohort, Setting, State
+from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.common import local_sgd, weighted_mean
 from fedbench.algorithms.prox import Regularizer
 from fedbench.algorithms.registry import register
-from fedbench.errors import ConfigError, check, unknown_choice
+from fedbench.core.errors import ConfigError, check, unknown_choice
 
 
 def _common_value(values: Tensor, what: str) -> Tensor:

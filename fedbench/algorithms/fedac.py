@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 import torch
 
-from fedbench.algorithms.base import Algorithm, Cohort, State
+from fedbench.core.types import Cohort, State
+from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.common import weighted_mean
 from fedbench.algorithms.registry import register
-from fedbench.errors import check, unknown_choice
+from fedbench.core.errors import check, unknown_choice
 
 VARIANTS = ("I", "II")
 

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedbench.algorithms.base import Algorithm, ClientStateSpec, Cohort, Setting, State
+from fedbench.core.types import ClientStateSpec, Cohort, Setting, State
+from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.common import local_sgd, weighted_mean
 from fedbench.algorithms.losac import draw_blocks, make_regularizer
 from fedbench.algorithms.prox import REGULARIZERS
 from fedbench.algorithms.registry import register
-from fedbench.errors import ConfigError, check, unknown_choice
+from fedbench.core.errors import ConfigError, check, unknown_choice
 
 LOCAL_INITS = ("global", "local")
 SERVER_STEPS = ("eta", "participation")

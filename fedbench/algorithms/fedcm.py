@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
-from fedbench.algorithms.base import Algorithm, Cohort, State
+from fedbench.core.types import Cohort, State
+from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.common import local_sgd, weighted_mean
 from fedbench.algorithms.registry import register
-from fedbench.errors import check
+from fedbench.core.errors import check
 
 
 @register("fedcm", "FedCM: local steps along alpha*g + (1-alpha)*server momentum of pseudo-gradients")

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedbench.algorithms.base import Algorithm, ClientStateSpec, Cohort, Setting, State
+from fedbench.core.types import ClientStateSpec, Cohort, Setting, State
+from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.common import weighted_mean
 from fedbench.algorithms.registry import register
-from fedbench.errors import check
+from fedbench.core.errors import check
 
 MAX_HESSIAN_FLOATS = 2e8  # N d^2 floats of client Hessians (1.6 GB in float64)
 

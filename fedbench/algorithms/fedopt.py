@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedbench.algorithms.base import Cohort, State
+from fedbench.core.types import Cohort, State
 from fedbench.algorithms.common import weighted_mean
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.algorithms.registry import register
 from fedbench.algorithms import server_opt
 from fedbench.algorithms.server_opt import ServerOptimizer
-from fedbench.errors import check
+from fedbench.core.errors import check
 
 
 @dataclass

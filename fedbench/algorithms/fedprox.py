@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedbench.algorithms.base import State
+from fedbench.core.types import State
 from fedbench.algorithms.common import local_sgd
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.algorithms.registry import register
-from fedbench.errors import check
+from fedbench.core.errors import check
 
 
 @register("fedprox", "FedProx: local SGD on f_i + (mu/2)||w - x||^2, FedAvg aggregation")

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedbench.algorithms.base import Algorithm, ClientStateSpec, Cohort, State
+from fedbench.core.types import ClientStateSpec, Cohort, State
+from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.common import local_sgd, weighted_mean
 from fedbench.algorithms.registry import register
-from fedbench.errors import check, unknown_choice
+from fedbench.core.errors import check, unknown_choice
 
 RHO_MODES = ("normalized", "raw")
 CLIP_MODES = ("data_grad", "official")

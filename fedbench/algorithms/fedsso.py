@@ -23,10 +23,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedbench.algorithms.base import Algorithm, Cohort, State
+from fedbench.core.types import Cohort, State
+from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.common import local_sgd, weighted_mean
 from fedbench.algorithms.registry import register
-from fedbench.errors import check, unknown_choice
+from fedbench.core.errors import check, unknown_choice
 
 BACKENDS = ("lbfgs_exact", "dense_inverse", "dense_solve", "ref_v1_dfp", "ref_v2_lbfgs")
 FIRST_ROUND = ("skip", "reference_code")

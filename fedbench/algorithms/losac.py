@@ -23,11 +23,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedbench.algorithms.base import Algorithm, ClientStateSpec, Cohort, Setting, State
+from fedbench.core.types import ClientStateSpec, Cohort, Setting, State
+from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.common import weighted_mean
 from fedbench.algorithms.prox import REGULARIZERS, Regularizer
 from fedbench.algorithms.registry import register
-from fedbench.errors import ConfigError, check, unknown_choice
+from fedbench.core.errors import ConfigError, check, unknown_choice
 
 VARIANTS = ("paper", "consistent")
 X_AGGS = ("preset", "mean_over_S", "sum_over_N")

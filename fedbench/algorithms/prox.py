@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedbench.errors import check, unknown_choice
+from fedbench.core.errors import check, unknown_choice
 
 REGULARIZERS = ("none", "l1", "nuclear")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedbench.registry import Registry
+from fedbench.core.registry import Registry
 
 ALGORITHMS: Registry = Registry("algorithm", package="fedbench.algorithms")
 

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 import torch
 
-from fedbench.algorithms.base import Algorithm, ClientStateSpec, Cohort, Setting, State, cohort_sum
+from fedbench.core.types import ClientStateSpec, Cohort, cohort_sum, Setting, State
+from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.common import local_sgd, weighted_mean
 from fedbench.algorithms.prox import Regularizer
 from fedbench.algorithms.registry import register
-from fedbench.errors import check, unknown_choice
+from fedbench.core.errors import check, unknown_choice
 
 OPTIONS = ("I", "II")
 

@@ -13,8 +13,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from fedbench.algorithms.base import Algorithm, Cohort, State
-from fedbench.engine.executors import per_sample_loss
+from fedbench.core.types import Cohort, State
+from fedbench.algorithms.base import Algorithm
+from fedbench.engine.gradients import per_sample_loss
 from fedbench.engine.local import LocalWork
 from fedbench.engine.loop import Federation, RunState, initial_state, run
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from fedbench.attacks.dlg import dlg_attack, observe
-from fedbench.engine.build import build_federation
+from fedbench.runs.build import build_federation
 from fedbench.tracking.recorder import Recorder
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedbench.engine.streams import hash_keys
+from fedbench.core.streams import hash_keys
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class RandomCropFlip:
 
 
 def image_augment(augment: bool, pad: int, crop_prob: float, flip_prob: float = 0.5) -> RandomCropFlip | None:
-    from fedbench.errors import check
+    from fedbench.core.errors import check
 
     check(pad >= 0, f"dataset.augment_pad must be >= 0, got {pad}")
     check(0.0 <= crop_prob <= 1.0, f"dataset.augment_crop_prob must be in [0, 1], got {crop_prob}")

@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-from fedbench.errors import DataUnavailableError
+from fedbench.core.errors import DataUnavailableError
 
 DPKG_INFO = Path("/var/lib/dpkg/info")
 

@@ -12,8 +12,8 @@ from fedbench.data.base import Dataset, standardize_images
 from fedbench.data.checksums import verify as verify_checksums
 from fedbench.data.idx import read_idx
 from fedbench.data.locations import DEBIAN_FASHION_MNIST, IDX_STEMS, find_idx_file, fmnist_folders
-from fedbench.errors import DataUnavailableError
-from fedbench.registry import Registry
+from fedbench.core.errors import DataUnavailableError
+from fedbench.core.registry import Registry
 
 DATASETS: Registry = Registry("dataset", package="fedbench.data")
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedbench.errors import DataUnavailableError
+from fedbench.core.errors import DataUnavailableError
 
 _DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 

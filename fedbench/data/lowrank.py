@@ -13,7 +13,7 @@ from torch import Tensor
 
 from fedbench.data.base import Dataset
 from fedbench.data.datasets import DATASETS
-from fedbench.errors import check
+from fedbench.core.errors import check
 
 
 def recovery_metrics(truth: Tensor, rank_tol: float):

@@ -6,8 +6,8 @@ import hashlib
 
 import numpy as np
 
-from fedbench.errors import ConfigError, check
-from fedbench.registry import Registry
+from fedbench.core.errors import ConfigError, check
+from fedbench.core.registry import Registry
 
 PARTITIONS: Registry = Registry("partition", package="fedbench.data")
 

@@ -10,7 +10,7 @@ import torch
 from fedbench.data.base import Dataset
 from fedbench.data.datasets import DATASETS
 from fedbench.data.skews import pfl_separate, pfl_train_test
-from fedbench.errors import ConfigError, check
+from fedbench.core.errors import ConfigError, check
 
 
 @DATASETS.register("pfl", "FedSSO protocol: base set's train+test pooled, PFL-Non-IID clients, 75/25 split per client")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedbench.data.partitions import PARTITIONS
-from fedbench.errors import check
+from fedbench.core.errors import check
 
 
 def _sorted_by_label(labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:

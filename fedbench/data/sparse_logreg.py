@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fedbench.data.base import Dataset
 from fedbench.data.datasets import DATASETS
-from fedbench.errors import ConfigError
+from fedbench.core.errors import ConfigError
 
 
 @DATASETS.register("sparse_logreg", "binary Synthetic(alpha, beta) of FedProx, m samples per client (composite §4.1)")

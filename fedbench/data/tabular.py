@@ -10,7 +10,7 @@ import torch
 
 from fedbench.data.base import Dataset
 from fedbench.data.datasets import DATASETS
-from fedbench.errors import ConfigError, DataUnavailableError, check
+from fedbench.core.errors import ConfigError, DataUnavailableError, check
 
 HAR_URL = "https://archive.ics.uci.edu/static/public/240/human+activity+recognition+using+smartphones.zip"
 ESR_URL = "https://archive.ics.uci.edu/static/public/388/epileptic+seizure+recognition.zip"

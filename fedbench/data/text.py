@@ -15,7 +15,7 @@ import torch
 
 from fedbench.data.base import Dataset
 from fedbench.data.datasets import DATASETS
-from fedbench.errors import ConfigError, DataUnavailableError, check
+from fedbench.core.errors import ConfigError, DataUnavailableError, check
 
 # LEAF's shakespeare alphabet (models/utils/language_utils.py): 80 symbols
 LEAF_LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"

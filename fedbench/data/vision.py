@@ -19,7 +19,7 @@ from fedbench.data.base import Dataset
 from fedbench.data.datasets import DATASETS
 from fedbench.data.idx import read_idx
 from fedbench.data.locations import find_idx_file
-from fedbench.errors import ConfigError, DataUnavailableError
+from fedbench.core.errors import ConfigError, DataUnavailableError
 
 EMNIST_CLASSES = {"byclass": 62, "bymerge": 47, "balanced": 47, "letters": 26, "digits": 10, "mnist": 10}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from fedbench.engine.loop import RunState
-from fedbench.errors import FedbenchError
+from fedbench.core.errors import FedbenchError
 
 
 TMP_PREFIX = ".ckpt-"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fedbench.algorithms.base import ClientStateSpec
+from fedbench.core.types import ClientStateSpec
 
 
 class ClientStateTable:

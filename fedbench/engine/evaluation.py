@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fedbench.engine.executors import per_sample_loss
+from fedbench.engine.gradients import per_sample_loss
 from fedbench.models.flat import FlatModel
 
 

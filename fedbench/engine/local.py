@@ -12,8 +12,9 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor
 
-from fedbench.engine.executors import GradFn
-from fedbench.engine.streams import TAG_ALGO, TAG_AUGMENT, TAG_BLOCK, TAG_SHUFFLE, hash_keys, uniform
+from fedbench.core.types import Batch
+from fedbench.engine.gradients import GradFn
+from fedbench.core.streams import TAG_ALGO, TAG_AUGMENT, TAG_BLOCK, TAG_SHUFFLE, hash_keys, uniform
 
 _PAD_KEY = 2**40  # sorts padding positions after every real sample
 _SCHEDULE_ENTRIES = 1 << 22  # index entries a precomputed block of minibatch steps may hold
@@ -72,20 +73,6 @@ class ClientData:
                     sizes[i, j] = len(piece)
             self._blocks[num_blocks] = (block_index.to(self.x.device), sizes.to(self.x.device))
         return self._blocks[num_blocks]
-
-
-@dataclass
-class Batch:
-    """Minibatches of a chunk of clients: x [s, B, ...], y [s, B], per-sample weights w [s, B].
-    `uniform`: every weight is 1/B (no padding, mean scaling), so the loss is a plain mean.
-    `rows`: when only some clients of the chunk still work, their rows [a]; x, y, w then hold
-    those a clients only (`LocalWork.grad` returns zero gradients for the others)."""
-
-    x: Tensor
-    y: Tensor
-    w: Tensor
-    uniform: bool = False
-    rows: Tensor | None = None
 
 
 @dataclass

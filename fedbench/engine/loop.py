@@ -10,14 +10,15 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from fedbench.algorithms.base import Algorithm, Cohort, State
+from fedbench.core.types import Cohort, State
+from fedbench.algorithms.base import Algorithm
 from fedbench.data.base import Dataset
 from fedbench.engine.client_state import ClientStateTable
 from fedbench.engine.evaluation import evaluate
-from fedbench.engine.executors import LOOP_BELOW
+from fedbench.engine.gradients import LOOP_BELOW
 from fedbench.engine.local import ClientData, LocalWork, step_schedule
-from fedbench.engine.streams import sample_cohort
-from fedbench.errors import DivergenceError
+from fedbench.core.streams import sample_cohort
+from fedbench.core.errors import DivergenceError
 from fedbench.models.flat import FlatModel
 
 

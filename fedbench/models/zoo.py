@@ -6,7 +6,7 @@ import math
 
 from torch import nn
 
-from fedbench.registry import Registry
+from fedbench.core.registry import Registry
 
 MODELS: Registry = Registry("model", package="fedbench.models")
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fedbench.reproduce.catalog import Claim, Metric, Reproduction
+from fedbench.reproduce.entry import Claim, Metric, Reproduction
 
 NOT_REACHED = ("-", "–", "100+", "never")
 

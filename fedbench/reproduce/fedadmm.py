@@ -6,7 +6,7 @@ CIFAR-10 45%; "100+" = not reached in 100 rounds; speed-up = rounds(FedSGD) / ro
 
 from __future__ import annotations
 
-from fedbench.reproduce.catalog import Arm, Claim, Metric, Reproduction, Scale, register, rounds_to
+from fedbench.reproduce.entry import Arm, Claim, Metric, Reproduction, Scale, register, rounds_to
 from fedbench.reproduce.compare import best, first_to_target, rounds_decrease, speedup_at_least, value
 
 PAPER = "fedadmm"

@@ -6,7 +6,7 @@ offset = 1; '-' = not reached within 200 rounds.
 
 from __future__ import annotations
 
-from fedbench.reproduce.catalog import Arm, Claim, Metric, Reproduction, Scale, register, rounds_to
+from fedbench.reproduce.entry import Arm, Claim, Metric, Reproduction, Scale, register, rounds_to
 from fedbench.reproduce.compare import best, first_to_target, ratio_claim, value
 
 PAPER = "fedsso"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedbench.reproduce.catalog import Arm, Claim, Metric, Reproduction, Scale, grid, register, rounds_to
+from fedbench.reproduce.entry import Arm, Claim, Metric, Reproduction, Scale, grid, register, rounds_to
 from fedbench.reproduce.compare import best, first_to_target, seeds, value
 
 PAPER = "losac"

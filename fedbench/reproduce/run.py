@@ -11,8 +11,9 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from fedbench.errors import ConfigError, DataUnavailableError, FedbenchError
-from fedbench.reproduce.catalog import Claim, Reproduction, Scale
+from fedbench.config.compose import compose, conf_dir
+from fedbench.core.errors import ConfigError, DataUnavailableError, FedbenchError
+from fedbench.reproduce.entry import Claim, Reproduction, Scale
 from fedbench.reproduce.compare import RunResult, aggregate, comparison, to_csv_frame, to_markdown
 from fedbench.reproduce.plots import plot_figure
 
@@ -29,12 +30,6 @@ class Outcome:
     @property
     def holds(self) -> bool:
         return all(c.holds for c in self.claims)
-
-
-def conf_dir() -> Path:
-    from fedbench.cli import CONF_DIR
-
-    return CONF_DIR
 
 
 def get_scale(rep: Reproduction, scale: str) -> Scale:
@@ -83,7 +78,7 @@ def missing(rep: Reproduction, scale_name: str) -> list[str]:
         return [rep.blocked]
     base = conf_dir()
     presets = dict.fromkeys([rep.preset_path, *(a.preset for a in scale.arms if a.preset)])
-    out = [f"preset fedbench/conf/experiment/{p}.yaml" for p in presets if not (base / "experiment" / f"{p}.yaml").exists()]
+    out = [f"preset fedbench/config/conf/experiment/{p}.yaml" for p in presets if not (base / "experiment" / f"{p}.yaml").exists()]
     if out:
         return out
     for group in ("algorithm", "dataset", "model", "partition"):
@@ -99,15 +94,12 @@ def job_overrides(rep: Reproduction, scale: Scale, arm, extra: tuple[str, ...] =
 
 def check_data(rep: Reproduction, scale: Scale, extra: tuple[str, ...] = ()) -> None:
     """Load every distinct data set of the grid once; DataUnavailableError says which files to place where."""
-    from hydra import compose, initialize_config_dir
-
-    from fedbench.config import params_of
+    from fedbench.config.validate import params_of
     from fedbench.data import DATASETS
 
     seen = set()
     for arm in scale.arms:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
-            cfg = compose("config", overrides=[*job_overrides(rep, scale, arm, extra), f"seed={scale.seeds[0]}"])
+        cfg = compose([*job_overrides(rep, scale, arm, extra), f"seed={scale.seeds[0]}"])
         params = {k: v for k, v in params_of(cfg.dataset).items() if k not in ("root", "download")}
         key = (cfg.dataset.name, repr(sorted(params.items())), str(cfg.data.root))
         if key in seen:
@@ -118,7 +110,7 @@ def check_data(rep: Reproduction, scale: Scale, extra: tuple[str, ...] = ()) -> 
 
 def run_grid(rep: Reproduction, scale: Scale, stamp: str, out: Path, extra: tuple[str, ...] = ()) -> list[str]:
     """One Hydra multirun per arm (arms differ in which keys they set); returns the failed jobs' messages."""
-    from fedbench.cli import hydra_main
+    from fedbench.runs.hydra_app import hydra_main
 
     if rep.runner == "dlg":
         return run_attacks(rep, scale, stamp, extra)
@@ -137,11 +129,7 @@ def run_grid(rep: Reproduction, scale: Scale, stamp: str, out: Path, extra: tupl
 
 def run_attacks(rep: Reproduction, scale: Scale, stamp: str, extra: tuple[str, ...] = ()) -> list[str]:
     """DLG against each arm's round-`rounds` upload of client 1, one MLflow run per arm and seed."""
-    from hydra import compose, initialize_config_dir
-
     from fedbench.attacks.record import recorded_attack
-    from fedbench.errors import FedbenchError
-    from fedbench.preflight import preflight
 
     failures = []
     for arm in scale.arms:
@@ -150,9 +138,7 @@ def run_attacks(rep: Reproduction, scale: Scale, stamp: str, extra: tuple[str, .
             overrides = [*job_overrides(rep, scale, arm, extra), f"seed={seed}", f"tracking.experiment={rep.name}",
                          f"tracking.run_name={stamp}-{arm.slug}"]
             try:
-                preflight(conf_dir(), overrides)
-                with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
-                    cfg = compose("config", overrides=overrides)
+                cfg = compose(overrides, checked=True)
                 recorded_attack(cfg, attack_round=int(cfg.rounds))
             except FedbenchError as exc:
                 failures.append(f"{arm.method} [{arm.group}] seed {seed}: {exc}")

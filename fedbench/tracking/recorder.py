@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from fedbench.errors import FedbenchError
+from fedbench.core.errors import FedbenchError
 from fedbench.tracking.plots import plot_curves, setting_title
 from fedbench.tracking.store import StoreError, one_line, open_store, probe_server, resolve_tracking_uri
 from fedbench.tracking.targets import format_rounds, rounds_to_target, target_key

@@ -6,7 +6,7 @@ import os
 import socket
 from pathlib import Path
 
-from fedbench.errors import FedbenchError
+from fedbench.core.errors import FedbenchError
 
 DEFAULT_OUTPUTS = Path("outputs")
 

@@ -1,0 +1,1 @@
+"""The command line: `fedbench` (cli.app) and one module per sub-command."""

@@ -1,0 +1,3 @@
+from fedbench.cli.app import entrypoint
+
+entrypoint()

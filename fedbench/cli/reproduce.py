@@ -1,0 +1,90 @@
+"""`fedbench reproduce`: list the reproductions, or run one and compare it with its paper."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import click
+import typer
+from typer.core import TyperGroup
+
+
+class _OneCommandGroup(TyperGroup):
+    """A sub-app whose callback takes every argument (NAME, --scale, Hydra overrides): no subcommands."""
+
+    allow_interspersed_args = True
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return click.Command.parse_args(self, ctx, args)
+
+    def format_usage(self, ctx: click.Context, formatter) -> None:
+        formatter.write_usage(ctx.command_path, "NAME [--scale ci|full] [HYDRA_OVERRIDES]...")
+
+
+app = typer.Typer(cls=_OneCommandGroup,
+                  help="Reproduce the papers' tables and figures and compare with the published numbers.")
+
+EPILOG = """
+Examples:
+
+  fedbench reproduce list                         # every table/figure, its claim and what it needs
+
+  fedbench reproduce losac/fig7 --scale ci        # scaled-down run (minutes on a CPU)
+
+  fedbench reproduce all --scale ci               # every reproduction that can run here, and a summary
+
+  fedbench reproduce fedadmm/table3 --scale full tracking.uri=http://host:5000
+"""
+
+
+def list_reproductions() -> None:
+    from fedbench.reproduce.catalog import load_catalog
+    from fedbench.reproduce.run import missing
+
+    for rep in load_catalog().values():
+        typer.echo(f"{rep.name:<22} {rep.title}")
+        typer.echo(f"{'':<22} claim: {rep.claim}")
+        for name, sc in rep.scales.items():
+            needs = ", ".join(sc.data) if sc.data else "no files (synthetic / bundled data)"
+            lacking = missing(rep, name)
+            state = f"   [missing here: {', '.join(lacking)}]" if lacking else ""
+            typer.echo(f"{'':<22} {name:<4}: {sc.device.upper()}, {sc.compute}; data: {needs}; "
+                       f"{len(sc.arms)} arms x {len(sc.seeds)} seeds{state}")
+        typer.echo("")
+
+
+@app.callback(invoke_without_command=True, context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+              epilog=EPILOG)
+def reproduce(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="a reproduction (<paper>/<table>), `all`, or `list`")],
+    scale: Annotated[str, typer.Option("--scale", help="ci (scaled down, CPU minutes) or full (the paper's settings)")] = "ci",
+) -> None:
+    """Run NAME's grid (seeds included) into the MLflow experiment NAME, print and save the comparison with
+    the paper; exit code 1 when a claim does not hold. Extra arguments are Hydra overrides for every job."""
+    if name == "list":
+        list_reproductions()
+        return
+    if name == "all":
+        from fedbench.reproduce.run import reproduce_all
+
+        results, summary = reproduce_all(scale, tuple(ctx.args), echo=typer.echo)
+        typer.echo("\n" + summary.read_text())
+        typer.echo(f"saved: {summary}")
+        if any(not isinstance(r, str) and not r.holds for r in results.values()):
+            typer.echo("a claim does not hold", err=True)
+            raise typer.Exit(1)
+        return
+    from fedbench.reproduce.catalog import get
+    from fedbench.reproduce.run import reproduce as run_reproduction
+
+    outcome = run_reproduction(get(name), scale, tuple(ctx.args))
+    typer.echo("\n" + outcome.markdown)
+    typer.echo("\nsaved: " + ", ".join(str(p) for p in outcome.files))
+    if not outcome.holds:
+        typer.echo("a claim does not hold", err=True)
+        raise typer.Exit(1)
+
+
+def attach(root: typer.Typer) -> None:
+    root.add_typer(app, name="reproduce")

@@ -1,0 +1,88 @@
+"""`fedbench run` (one run, or a grid with -m) and `fedbench resume`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fedbench.config.compose import conf_dir
+
+RUN_EXAMPLES = """
+Examples:
+
+  fedbench run                                   # offline default: FedAvg, digits, Dirichlet split
+
+  fedbench run algorithm=fedavg dataset=fmnist partition=dirichlet partition.alpha=0.3
+
+  fedbench run -m algorithm=fedavg,fedsgd seed=0,1,2     # Hydra multirun (grid)
+
+  fedbench run --cfg job dataset=fmnist          # print the composed config and exit
+"""
+
+def top_level_keys_help() -> str:
+    """`fedbench run --help`: the top-level keys of config.yaml with their defaults, and the groups."""
+    from omegaconf import OmegaConf
+
+    path = conf_dir() / "config.yaml"
+    if not path.is_file():
+        return ""
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    groups = [f"{k}={v}" for d in raw.get("defaults", []) if isinstance(d, dict) for k, v in d.items()]
+    keys = [f"{k}={v}" for k, v in raw.items() if k not in ("defaults", "hydra") and not isinstance(v, dict)]
+    nested = [f"{k}.{j}={v}" for k, sub in raw.items() if k not in ("defaults", "hydra") and isinstance(sub, dict)
+              for j, v in sub.items()]
+    return ("\n\nTop-level keys and their defaults (fedbench/config/conf/config.yaml):\n\n  " + "  ".join(keys + nested)
+            + "\n\nGroups and their defaults (`fedbench list` shows the choices):\n\n  " + "  ".join(groups))
+
+
+def run(
+    ctx: typer.Context,
+    multirun: Annotated[bool, typer.Option("-m", "--multirun", help="Run a Hydra multirun over comma-separated values.")] = False,
+) -> None:
+    """Run one experiment (or a grid with -m); OVERRIDES are Hydra overrides key=value.
+
+    Hydra's own flags pass through: --cfg job prints the composed config, --info, --hydra-help.
+    """
+    argv = list(ctx.args) + (["--multirun"] if multirun else [])
+    from fedbench.runs.hydra_app import hydra_main
+
+    raise typer.Exit(hydra_main(argv))
+
+
+RESUME_EXAMPLES = """
+Examples:
+
+  fedbench resume outputs/runs/2026-11-22/04-10-00_fedavg_digits_4121
+
+  fedbench resume outputs/multirun/2026-11-22/04-10-00/3       # one job of a sweep
+"""
+
+
+def resume(
+    run_dir: Annotated[Path, typer.Argument(help="The run directory (holds .hydra/ and checkpoint.pt).")],
+) -> None:
+    """Continue an interrupted run from its checkpoint: same config, same folder, same MLflow run."""
+    from omegaconf import OmegaConf
+
+    from fedbench.core.errors import ConfigError
+    from fedbench.runs.hydra_app import hydra_main
+    from fedbench.runs.single import CHECKPOINT_NAME
+
+    saved = run_dir / ".hydra" / "overrides.yaml"
+    if not saved.is_file():
+        raise ConfigError(f"{run_dir} is not a fedbench run directory (no .hydra/overrides.yaml)")
+    if not (run_dir / CHECKPOINT_NAME).is_file():
+        raise ConfigError(f"{run_dir} has no {CHECKPOINT_NAME} (stopped before its first checkpoint); "
+                          "start the run again")
+    placement = ("resume", "hydra.run.dir")
+    overrides = [o for o in OmegaConf.load(saved) if o.lstrip("+~").split("=", 1)[0] not in placement]
+    raise typer.Exit(hydra_main([*overrides, f"hydra.run.dir={run_dir.resolve()}", "resume=true"]))
+
+
+
+def attach(root: typer.Typer) -> None:
+    root.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+                 epilog=RUN_EXAMPLES + top_level_keys_help())(run)
+    root.command(epilog=RESUME_EXAMPLES)(resume)

@@ -1,0 +1,168 @@
+"""Checks of a command line before Hydra runs anything: every job of a sweep is composed and
+validated first, so a bad value in the 40th job stops the grid before the 1st job trains."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from fedbench.core.errors import ConfigError, unknown_choice
+
+GROUPS = ("dataset", "partition", "model", "algorithm", "engine", "tracking", "experiment")
+MAX_JOBS_CHECKED = 2000
+
+
+def group_choices(conf_dir: Path, group: str, extra_dirs: tuple[Path, ...] = ()) -> list[str]:
+    """The options of a config group: its files under the config directory and any --config-dir."""
+    names = set()
+    for base in (conf_dir / group, *(d / group for d in extra_dirs)):
+        names.update(str(p.relative_to(base).with_suffix("")) for p in base.rglob("*.yaml"))
+    return sorted(names)
+
+
+def top_level_keys(conf_dir: Path) -> set[str]:
+    from omegaconf import OmegaConf
+
+    return {k for k in OmegaConf.load(conf_dir / "config.yaml") if k not in ("defaults", "hydra")}
+
+
+def extra_config_dirs(argv: list[str]) -> tuple[Path, ...]:
+    """Hydra's --config-dir/-cd folders: more config groups, searched with the packaged ones."""
+    return tuple(Path(v).absolute() for f, v in zip(argv, argv[1:]) if f in ("--config-dir", "-cd"))
+
+
+def expand_jobs(overrides: list[str]) -> list[list[str]]:
+    """The override lists of every job of a basic-sweeper grid (one job without sweeps)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    axes = []
+    for o in parsed:
+        key = o.get_key_element()
+        if o.is_sweep_override():
+            axes.append([f"{key}={v}" for v in o.sweep_string_iterator()])
+        else:
+            axes.append([o.input_line])
+    return [list(job) for job in itertools.product(*axes)]
+
+
+def preflight(conf_dir: Path, argv: list[str]) -> None:
+    """Raise ConfigError for the first bad value of any job; returns quietly otherwise."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+
+    from omegaconf.errors import OmegaConfBaseException
+
+    from fedbench.config.validate import validate
+
+    overrides = hydra_overrides(argv)
+    check_plugins(overrides)
+    extra = extra_config_dirs(argv)
+    search = [f"hydra.searchpath=[{','.join(d.as_uri() for d in extra)}]"] if extra else []
+    check_output_dir(conf_dir, overrides, multirun="--multirun" in argv or "-m" in argv)
+    if any("hydra/sweeper=" in a or a.startswith("hydra.sweeper") for a in overrides):
+        overrides = [a for a in overrides if not a.startswith("hydra")]  # a search: check the base config
+        jobs = [overrides_without_sweeps(overrides)]
+    else:
+        try:
+            jobs = expand_jobs([a for a in overrides if not a.startswith(("hydra.", "hydra/"))])
+        except OverrideParseException as exc:
+            raise ConfigError(f"cannot parse the overrides: {exc}") from None
+    top_keys = top_level_keys(conf_dir)
+    for job in jobs[:MAX_JOBS_CHECKED]:
+        for item in job:
+            key, _, value = item.lstrip("+~").partition("=")
+            root = key.split(".")[0].split("/")[0]
+            if not item.startswith("+") and root not in top_keys and root not in GROUPS and root != "hydra":
+                raise unknown_choice("top-level key", root, sorted(top_keys | set(GROUPS)))
+            if key in GROUPS and value not in ("null", ""):
+                choices = group_choices(conf_dir, key, extra)
+                if value not in choices:
+                    raise unknown_choice(key, value, choices)
+        try:
+            with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+                cfg = compose("config", overrides=[*job, *search])
+        except MissingConfigException as exc:
+            raise ConfigError(str(exc).splitlines()[0]) from None
+        except ConfigCompositionException as exc:
+            cause = exc.__cause__ or exc
+            raise ConfigError(f"{str(exc).splitlines()[0]} ({str(cause).splitlines()[0]})") from None
+        try:
+            validate(cfg)
+        except OmegaConfBaseException as exc:  # e.g. rounds=${oops}
+            raise ConfigError(f"cannot resolve the config: {' '.join(str(exc).split())}") from None
+
+
+def check_output_dir(conf_dir: Path, overrides: list[str], multirun: bool) -> None:
+    """The run (or sweep) folder must be creatable: Hydra would fail with a traceback."""
+    import os
+
+    from hydra import compose, initialize_config_dir
+
+    placement = [o for o in overrides if o.startswith(("hydra.run.", "hydra.sweep."))]
+    for o in placement:
+        key, _, value = o.partition("=")
+        if key in ("hydra.run.dir", "hydra.sweep.dir") and value.strip() in ("", ".", "./"):
+            raise ConfigError(f"{key}={value!r} would write the run's checkpoint and .hydra/ into the current folder; "
+                              f"name a folder of its own, e.g. {key}=outputs/my_run")
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+            hydra_cfg = compose("config", overrides=placement, return_hydra_config=True).hydra
+        folder = Path(str(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir))
+    except Exception:  # interpolations of job values: checked again when the job starts
+        return
+    existing = folder.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    if not existing.is_dir():
+        raise ConfigError(f"cannot create the output folder {folder}: {existing} is a file; set {key}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot create the output folder {folder}: {existing} is not writable; set {key}")
+
+
+_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-name", "-cn", "--config-path", "-cp",
+                     "--config-dir", "-cd", "--experimental-rerun"}
+
+
+def hydra_overrides(argv: list[str]) -> list[str]:
+    """The key=value overrides of a Hydra command line, without its flags and their values."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a.startswith("-"):
+            skip = a in _FLAGS_WITH_VALUE
+        else:
+            out.append(a)
+    return out
+
+
+def overrides_without_sweeps(overrides: list[str]) -> list[str]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return [o.input_line for o in parsed if not o.is_sweep_override()]
+
+
+# Hydra plugins a command line may select, with what installs them.
+PLUGINS = {
+    ("launcher", "joblib"): ("hydra_plugins.hydra_joblib_launcher", "pip install -e '.[sweeps]' (in a checkout; or the extra sweeps of fedbench-bench)"),
+    ("sweeper", "optuna"): ("hydra_plugins.hydra_optuna_sweeper", "pip install -e '.[tune]' (in a checkout; or the extra tune of fedbench-bench)"),
+    ("launcher", "ray_cluster"): ("hydra_plugins.hydra_ray_launcher", "bash scripts/install_ray.sh"),
+    ("launcher", "submitit_slurm"): ("hydra_plugins.hydra_submitit_launcher", "pip install hydra-submitit-launcher"),
+    ("launcher", "submitit_local"): ("hydra_plugins.hydra_submitit_launcher", "pip install hydra-submitit-launcher"),
+}
+
+
+def check_plugins(overrides: list[str]) -> None:
+    """A launcher or sweeper whose plugin is not installed: one line naming what installs it."""
+    import importlib.util
+
+    for item in overrides:
+        key, _, value = item.lstrip("+~").partition("=")
+        if key in ("hydra/launcher", "hydra/sweeper"):
+            kind = key.split("/")[1]
+            plugin = PLUGINS.get((kind, value))
+            if plugin is not None and importlib.util.find_spec(plugin[0]) is None:
+                raise ConfigError(f"{key}={value} needs a Hydra plugin that is not installed: {plugin[1]}")

@@ -1,0 +1,78 @@
+"""User-facing errors. Each maps to one clear line on the command line and an exit code."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class FedbenchError(Exception):
+    """Base class of errors that are the user's to fix; the CLI prints the message alone."""
+
+    exit_code = 1
+
+
+class ConfigError(FedbenchError):
+    """A bad configuration value, found before any work starts (exit code 2)."""
+
+    exit_code = 2
+
+
+class DataUnavailableError(FedbenchError):
+    """A data set that is not on disk and cannot be downloaded (exit code 2)."""
+
+    exit_code = 2
+
+
+class DivergenceError(FedbenchError):
+    """Non-finite loss or parameters during training (exit code 3)."""
+
+    exit_code = 3
+
+    def __init__(self, round_: int, reason: str):
+        super().__init__(f"run diverged at round {round_}: {reason}")
+        self.round = round_
+        self.reason = reason
+
+
+def unknown_choice(kind: str, value: object, choices: Iterable[str]) -> ConfigError:
+    """'Unknown algorithm 'scafold'. Available: ... Did you mean 'scaffold'?'"""
+    choices = sorted(choices)
+    msg = f"Unknown {kind} {value!r}. Available: {', '.join(choices)}."
+    close = difflib.get_close_matches(str(value), choices, n=1)
+    if close:
+        msg += f" Did you mean {close[0]!r}?"
+    return ConfigError(msg)
+
+
+def check(condition: bool, message: str) -> None:
+    """Raise a ConfigError with `message` unless `condition` holds."""
+    if not condition:
+        raise ConfigError(message)
+
+
+def check_output_file(path, option: str) -> None:
+    """Fail before any work when `path` (a file a command will write) has no existing, writable folder.
+    Folders are not created on the user's behalf: a mistyped path is more likely than a wanted new tree."""
+    import os
+    from pathlib import Path
+
+    folder = Path(path).absolute().parent
+    if not folder.is_dir():
+        raise ConfigError(f"{option} {path}: the folder {folder} does not exist; create it or choose another path")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {path}: the folder {folder} is not writable; choose another path")
+    if Path(path).is_dir():
+        raise ConfigError(f"{option} {path} is a folder; give a file name")
+
+
+def report_error(exc: FedbenchError) -> None:
+    """A user's error as one line on stderr (with the traceback too under FEDBENCH_DEBUG=1)."""
+    import os
+    import sys
+
+    if os.environ.get("FEDBENCH_DEBUG"):
+        import traceback
+
+        traceback.print_exc()
+    print(f"error: {exc}", file=sys.stderr)

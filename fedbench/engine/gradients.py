@@ -1,0 +1,119 @@
+"""Gradient oracles over a cohort: `vmap` (one batched program) and `loop` (client by client).
+
+Both compute, for every client s in the chunk, grad_x sum_b w[s,b] * loss(model(x_s; xb[s,b]), yb[s,b])
+with the same per-sample weights, so they agree to float rounding.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.func import grad_and_value, vmap
+
+from fedbench.core.errors import unknown_choice
+from fedbench.models.flat import FlatModel
+
+EXECUTORS = ("vmap", "loop")
+
+
+def per_sample_loss(task: str, reduction: str = "none") -> Callable[[Tensor, Tensor], Tensor]:
+    if task == "classification":
+        return lambda out, y: F.cross_entropy(out, y, reduction=reduction)
+    if task == "binary":
+        return lambda out, y: F.binary_cross_entropy_with_logits(out.squeeze(-1), y, reduction=reduction)
+    if task == "regression":  # (<x, a> - y)^2, no 1/2 (LoSAC eq. 20)
+        return lambda out, y: F.mse_loss(out.squeeze(-1), y, reduction=reduction)
+    raise unknown_choice("task", task, ("classification", "binary", "regression"))
+
+
+GradFn = Callable[[Tensor, Tensor, Tensor, Tensor | None], tuple[Tensor, Tensor]]
+
+
+# On a CPU, one vmap'd gradient call costs ~1 ms of Python before any compute, the loop ~0.1-0.4 ms
+# per client (mclr, mlp_2nn at B=20, scripts/bench_engine.py --unequal): fewer rows than this run
+# as a loop. Which path runs depends only on the row count, so a run repeats bit for bit.
+LOOP_BELOW = 5
+
+
+def make_grad_fn(flat: FlatModel, task: str, executor: str, loop_below: int = 0) -> GradFn:
+    """Returns f(X [s,d], xb [s,B,...], yb [s,B], wb [s,B] or None) -> (G [s,d], weighted loss [s]);
+    wb = None means the plain minibatch mean (every weight 1/B), one fused reduction cheaper.
+    With `loop_below`, a vmap executor hands calls on fewer rows to the loop (the last clients
+    still working in a round of unequal local work)."""
+    if executor == "vmap" and loop_below > 0:
+        batched, loop = make_grad_fn(flat, task, "vmap"), make_grad_fn(flat, task, "loop")
+
+        def grad_hybrid(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor | None) -> tuple[Tensor, Tensor]:
+            # under a torch.func transform (FedNL's Hessians: jvp of the gradient) only vmap composes
+            few = X.shape[0] < loop_below and not torch._C._functorch.is_functorch_wrapped_tensor(X)
+            return (loop if few else batched)(X, xb, yb, wb)
+
+        return grad_hybrid
+    loss_of, mean_loss_of = per_sample_loss(task), per_sample_loss(task, "mean")
+
+    def weighted_loss(params: dict[str, Tensor], xb: Tensor, yb: Tensor, wb: Tensor) -> Tensor:
+        return (wb * loss_of(flat(params, xb), yb)).sum()
+
+    def mean_loss(params: dict[str, Tensor], xb: Tensor, yb: Tensor) -> Tensor:
+        return mean_loss_of(flat(params, xb), yb)
+
+    if executor == "vmap":
+        weighted, mean = vmap(grad_and_value(weighted_loss)), vmap(grad_and_value(mean_loss))
+
+        def grad_vmap(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor | None) -> tuple[Tensor, Tensor]:
+            params = flat.unflatten(X)
+            grads, loss = mean(params, xb, yb) if wb is None else weighted(params, xb, yb, wb)
+            return flat.flatten(grads, X.shape[0]), loss
+
+        return grad_vmap
+    if executor == "loop":
+        # Plain autograd on a private copy of the module whose parameters are pointed at each
+        # client's row in turn: the per-client loop of research code, without its state_dict copies.
+        module = copy.deepcopy(flat.module)
+        params = list(module.parameters())
+
+        def grad_loop(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor | None) -> tuple[Tensor, Tensor]:
+            G = torch.empty_like(X)
+            losses = X.new_empty(X.shape[0])
+            for i in range(X.shape[0]):
+                offset = 0
+                for p, size in zip(params, flat.sizes):
+                    p.data = X[i, offset : offset + size].view_as(p)
+                    offset += size
+                with torch.enable_grad():
+                    out = module(xb[i])
+                    loss = mean_loss_of(out, yb[i]) if wb is None else (wb[i] * loss_of(out, yb[i])).sum()
+                    grads = torch.autograd.grad(loss, params)
+                torch.cat([g.reshape(-1) for g in grads], out=G[i])
+                losses[i] = loss.detach()
+            return G, losses
+
+        return grad_loop
+    raise unknown_choice("engine.executor", executor, (*EXECUTORS, "auto"))
+
+
+CONV_NETS = ("cnn", "lenet", "resnet")
+
+
+def auto_loop_below(executor: str, device: torch.device) -> int:
+    """Rows below which `auto`'s vmap executor runs the loop: on a CPU only (a GPU's kernel
+    launches make the loop the slower one at any count)."""
+    return LOOP_BELOW if executor == "vmap" and device.type == "cpu" else 0
+
+
+def eval_batch_size(model_name: str, device: torch.device) -> int:
+    """Samples per evaluation call: conv nets on a CPU evaluate twice as fast in batches of 128 as
+    of 4,096 (their activations stay in cache; cnn on Fashion-MNIST: 1.8 s vs 3.6 s for 10,000
+    test images), the others gain nothing from smaller ones."""
+    return 128 if device.type == "cpu" and model_name.startswith(CONV_NETS) else 4096
+
+
+def auto_executor(model_name: str, device: torch.device) -> str:
+    """vmap on accelerators; on CPU, conv nets run near the FLOP peak already as a loop (DESIGN.md)."""
+    if device.type != "cpu":
+        return "vmap"
+    return "loop" if model_name.startswith(CONV_NETS) else "vmap"

@@ -1,0 +1,44 @@
+"""Hydra multirun support: failed jobs are collected, the tracking store is prepared once.
+
+Jobs may run in other processes (joblib) or on other machines (Ray, SLURM), so a failed job
+leaves a marker file in its output folder, and the launching process reads the markers back
+when the sweep ends (on a cluster, the sweep folder must be on a shared file system).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+FAILED_MARKER = "FAILED"
+FAILURES: list[str] = []  # filled at the end of a multirun, read by cli.hydra_main
+
+
+class SweepCallback(Callback):
+    """Registered in fedbench/config/conf/config.yaml under hydra.callbacks."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        # One process creates the SQLite schema and the experiment, so that parallel jobs
+        # do not race on MLflow's database migrations.
+        from fedbench.runs.single import quiet_libraries
+        from fedbench.tracking.store import open_store, probe_server, resolve_tracking_uri
+
+        quiet_libraries()
+        FAILURES.clear()
+        uri = resolve_tracking_uri(config.tracking.get("uri"))
+        probe_server(uri)
+        open_store(uri, config.tracking.experiment)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from fedbench.runs.single import mlflow_hint
+        from fedbench.tracking.store import resolve_tracking_uri
+
+        FAILURES.extend(collect_failures(Path(config.hydra.sweep.dir)))
+        print(f"\nsweep {config.hydra.sweep.dir}: open the runs with {mlflow_hint(resolve_tracking_uri(config.tracking.get('uri')))}")
+
+
+def collect_failures(sweep_dir: Path) -> list[str]:
+    return [p.read_text().strip() for p in sorted(sweep_dir.glob(f"**/{FAILED_MARKER}"))]

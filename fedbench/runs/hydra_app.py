@@ -1,0 +1,125 @@
+"""`fedbench run` through Hydra: a command line (sweeps, launchers, sweepers included) -> jobs,
+each trained by runs.single. The CLI, the Python API and the reproductions all come through here
+or through runs.single directly."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from fedbench.config.compose import conf_dir, register_resolvers
+from fedbench.core.errors import FedbenchError, report_error
+
+HYDRA_FLAGS = """Hydra flags that `fedbench run` passes through:
+  --cfg,-c job|hydra|all   show the config instead of running (--resolve: resolve interpolations)
+  --package,-p PKG         the config package to show
+  --multirun,-m            run a grid with the configured launcher and sweeper
+  --config-dir,-cd DIR     add a folder of your own config groups
+  --info,-i                all|config|defaults|defaults-tree|plugins|searchpath
+  key=value                override a config value (dots for nested keys: partition.alpha=0.3)
+`fedbench list` shows the choices of every config group."""
+
+
+def _hydra_task(cfg) -> float:
+    """One Hydra job; returns the sweep objective (tracking.objective; NaN for a failed job)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from fedbench.runs.single import objective_value, run_job
+    from fedbench.runs.callbacks import FAILED_MARKER
+
+    from omegaconf import OmegaConf
+
+    hc = HydraConfig.get()
+    multirun = hc.mode == RunMode.MULTIRUN
+    out = Path(hc.runtime.output_dir)
+    # the overrides as typed: `rounds=${oops} rounds=1` is a valid command (the last value wins),
+    # and reading its first item as config would resolve ${oops}
+    typed = " ".join(OmegaConf.to_container(hc.overrides.task, resolve=False))
+    tags = {"overrides": typed[:5000]}
+    if multirun:
+        tags.update(sweep_dir=str(Path(hc.sweep.dir).resolve()), sweep_job=str(hc.job.num))
+    marker = out / FAILED_MARKER
+    marker.unlink(missing_ok=True)
+    try:
+        label = f"job {hc.job.num}" if multirun else ""
+        summary = run_job(cfg, out, tags=tags, sweep=multirun, label=label, log_file=out / f"{hc.job.name}.log")
+    except KeyboardInterrupt:
+        print(f"error: interrupted; the checkpoint of the last whole round is in {out}; "
+              f"continue with: fedbench resume {out}", file=sys.stderr)
+        raise SystemExit(130) from None
+    except Exception as exc:
+        if isinstance(exc, FedbenchError):
+            report_error(exc)
+            if not multirun:
+                if exc.exit_code == 2 and not cfg.get("resume"):
+                    _discard_untrained(out)
+                raise SystemExit(exc.exit_code) from None
+        elif not multirun:
+            raise
+        else:  # a bug: show it, but let the other jobs of the grid run
+            import traceback
+
+            traceback.print_exc()
+        # the parent process reads these markers (jobs may run in other processes: joblib, Ray)
+        marker.write_text(f"job {hc.job.num} ({typed}): {exc}\n")
+        return float("nan")
+    return objective_value(summary, cfg)
+
+
+def _discard_untrained(run_dir: Path) -> None:
+    """A run refused before its first round leaves no folder behind (only Hydra's own files were written)."""
+    import shutil
+
+    from fedbench.runs.single import CHECKPOINT_NAME
+
+    if not run_dir.is_dir() or (run_dir / CHECKPOINT_NAME).exists():
+        return
+    entries = list(run_dir.iterdir())
+    if all(e.name == ".hydra" or (e.suffix == ".log" and e.is_file()) for e in entries):  # never a user's files
+        for e in entries:
+            shutil.rmtree(e) if e.is_dir() else e.unlink()
+        run_dir.rmdir()
+
+
+def hydra_main(argv: list[str]) -> int:
+    """Hand `argv` to Hydra as if it were the command line; returns the exit code."""
+    import hydra
+
+    from fedbench.runs import callbacks as sweep
+    from fedbench.config.preflight import preflight
+
+    from fedbench.core.errors import ConfigError
+
+    CONF_DIR = conf_dir()
+    register_resolvers()
+    if not (CONF_DIR / "config.yaml").is_file():
+        origin = "FEDBENCH_CONF" if os.environ.get("FEDBENCH_CONF") else "the installed package"
+        raise ConfigError(f"no config.yaml in the config directory {CONF_DIR} (from {origin}); point FEDBENCH_CONF "
+                          "at a copy of fedbench/config/conf, or unset it to use the packaged configs")
+    if "--hydra-help" in argv:  # Hydra's own text advertises a shell completion that `fedbench run` cannot offer
+        print(HYDRA_FLAGS)
+        return 0
+    if any(a in ("-sc", "--shell-completion") or a.startswith("--shell-completion=") for a in argv):
+        raise ConfigError("shell completion is not available for fedbench run: Hydra's completion script expects "
+                          "a standalone program; `fedbench list` shows every choice")
+    for flag, value in zip(argv, argv[1:]):
+        if flag in ("--config-dir", "-cd") and not Path(value).is_dir():
+            raise ConfigError(f"{flag} {value}: no such folder (it adds config groups, e.g. my_conf/algorithm/x.yaml)")
+    if not any(a in ("--help", "-h", "--hydra-help", "--info", "-i") for a in argv):
+        preflight(CONF_DIR, argv)
+    decorated = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)(_hydra_task)
+    saved = sys.argv
+    sys.argv = ["fedbench", *argv]
+    sweep.FAILURES.clear()
+    try:
+        decorated()
+    finally:
+        sys.argv = saved
+    if sweep.FAILURES:
+        print(f"{len(sweep.FAILURES)} job(s) failed:\n  " + "\n  ".join(sweep.FAILURES), file=sys.stderr)
+        return 1
+    return 0
+
+

@@ -1,0 +1,267 @@
+"""One training run: validate, build, record in MLflow, train with a progress bar, summarise."""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from fedbench.runs.build import build_federation
+from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedbench.engine.loop import initial_state, run
+from fedbench.core.errors import DivergenceError, FedbenchError
+from fedbench.tracking.store import StoreError
+from fedbench.tracking.targets import format_rounds
+
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+def quiet_libraries() -> None:
+    import logging
+
+    import mlflow  # noqa: F401  (configures its loggers on import: silence them afterwards)
+
+    for name in ("mlflow", "alembic", "matplotlib", "urllib3"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # a failing store (full disk) is reported in one line of ours; MLflow would add its own traceback
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """Hash of the resolved config without run-placement keys (hydra, tracking, engine)."""
+    container = OmegaConf.to_container(cfg, resolve=True)
+    for key in ("hydra", "tracking", "resume"):
+        container.pop(key, None)
+    return hashlib.sha256(OmegaConf.to_yaml(OmegaConf.create(container)).encode()).hexdigest()[:16]
+
+
+def run_job(
+    cfg: DictConfig, run_dir: Path, quiet: bool = False, tags: dict[str, str] | None = None, sweep: bool = False,
+    label: str = "", log_file: Path | None = None,
+) -> dict[str, Any]:
+    """Train one configuration; raises FedbenchError subclasses for the CLI to report.
+
+    In a sweep (`sweep=True`) with tracking.skip_finished, a configuration that already FINISHED
+    in the experiment is not run again (its summary is returned), and an interrupted one
+    continues from the checkpoint in the run directory recorded in its `run_dir` tag.
+    """
+    from fedbench.tracking.recorder import Recorder
+
+    say = JobOutput(label, log_file, quiet)
+    quiet_libraries()
+    if cfg.engine.get("threads"):
+        torch.set_num_threads(int(cfg.engine.threads))
+    fed, info = build_federation(cfg)  # every config and data error surfaces here, before MLflow
+    recorder = Recorder(cfg)
+    recorder.check_reachable()
+    check_writable(run_dir)
+
+    state = initial_state(fed)
+    checkpoint = run_dir / CHECKPOINT_NAME
+    digest = config_hash(cfg)
+    if sweep and cfg.tracking.get("skip_finished", True):
+        previous = recorder.find_previous(digest)
+        if previous is not None and previous.info.status == "FINISHED":
+            say(f"skipped, this configuration FINISHED as MLflow run {previous.info.run_id} "
+                "(tracking.skip_finished=false runs it again)")
+            return recorder.summary_of(previous)
+        if previous is not None and (Path(previous.data.tags.get("run_dir", "")) / CHECKPOINT_NAME).is_file():
+            run_dir = Path(previous.data.tags["run_dir"])  # continue where the interrupted job wrote
+            checkpoint = run_dir / CHECKPOINT_NAME
+            cfg = OmegaConf.merge(cfg, {"resume": True})
+    resumed_run_id = None
+    if cfg.get("resume") and checkpoint.exists():
+        meta = load_checkpoint(checkpoint, state, fed.device)
+        if meta["config_hash"] != digest:
+            raise FedbenchError(f"{checkpoint} was written by a different config; refusing to resume")
+        resumed_run_id = meta["run_id"]
+        done = recorder.finished_run(resumed_run_id) if state.round >= fed.rounds else None
+        if done is not None:  # nothing left to train or record: never log targets or artifacts twice
+            say(f"MLflow run {resumed_run_id} already FINISHED all {fed.rounds} rounds; nothing to resume")
+            return recorder.summary_of(done)
+        say(f"resuming MLflow run {resumed_run_id} from round {state.round} ({checkpoint})")
+    run_id = recorder.start(
+        {
+            "partition_fingerprint": info.partition_fingerprint,
+            "dataset": cfg.dataset.name,
+            "algorithm": cfg.algorithm.name,
+            "config_hash": digest,
+            "executor": info.executor,
+            "device": info.device,
+            "run_dir": str(run_dir.resolve()),
+            **(tags or {}),
+        },
+        run_id=resumed_run_id,
+        logged_through=state.round,
+    )
+    if label and tags and tags.get("overrides"):
+        say(f"overrides: {tags['overrides']}")
+    say(f"{cfg.algorithm.name} on {cfg.dataset.name} ({info.num_train} train / {info.num_test} test), "
+        f"partition {cfg.partition.name} [{info.partition_fingerprint}], model {cfg.model.name} d={info.dim:,}, "
+        f"{cfg.clients_per_round}/{cfg.num_clients} clients per round, executor {info.executor} on {info.device}")
+    bar = None
+    if not quiet and sys.stderr.isatty():  # a bar on a terminal; plain lines in a log
+        from tqdm import tqdm
+
+        bar = tqdm(total=fed.rounds, initial=state.round, desc=label or "rounds", file=sys.stderr, dynamic_ncols=True)
+    every = int(cfg.tracking.get("checkpoint_every") or 0)
+    line_every = max(1, fed.rounds // 10)
+
+    def on_round(st, metrics):
+        recorder.log_round(metrics)
+        shown = {k.replace("test_", ""): f"{metrics[k]:.4f}" for k in ("test_accuracy", "test_loss") if k in metrics}
+        if bar is not None:
+            bar.set_postfix(shown, refresh=False)
+            bar.update(1)
+        if st.round % line_every == 0 or st.round == fed.rounds:
+            text = f"round {st.round}/{fed.rounds} " + " ".join(f"{k} {v}" for k, v in shown.items())
+            say(text, console=bar is None)
+        if (every and st.round % every == 0 and st.round < fed.rounds) or stop.requested:
+            recorder.flush()
+            save_checkpoint(checkpoint, st, run_id, digest)
+        if stop.requested and st.round < fed.rounds:
+            raise KeyboardInterrupt
+
+
+    try:
+        with GracefulInterrupt(quiet) as stop:
+            state = run(fed, state, on_round)
+        recorder.flush()  # the checkpoint never claims rounds the record lacks
+        save_checkpoint(checkpoint, state, run_id, digest)
+    except DivergenceError as exc:
+        recorder.fail(exc.round, exc.reason)
+        raise
+    except KeyboardInterrupt:
+        recorder.fail(state.round, f"interrupted (Ctrl-C); continue with: fedbench resume {run_dir}", status="KILLED")
+        raise
+    except StoreError as exc:  # the record cannot be written: the periodic checkpoint matches what it holds
+        marked = recorder.fail(state.round, str(exc), quiet=True)
+        raise StoreError(f"{exc}; the run stopped at round {state.round}"
+                         f"{'' if marked else ' (its MLflow run could not be marked FAILED and stays RUNNING)'}; "
+                         f"continue from the last checkpoint with: fedbench resume {run_dir}") from None
+    except OSError as exc:  # disk full, unwritable folder: the run record says why, no half file is left
+        recorder.fail(state.round, f"{exc.__class__.__name__}: {exc}")
+        raise FedbenchError(f"I/O error at round {state.round}: {exc}; the last complete checkpoint is kept "
+                            f"in {run_dir}") from None
+    except BaseException as exc:
+        recorder.fail(state.round, f"{exc.__class__.__name__}: {exc}")
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    summary = recorder.finish(state.history, artifacts=bool(cfg.tracking.get("artifacts", True)))
+    accs = [h["test_accuracy"] for h in state.history if "test_accuracy" in h]
+    summary.update(
+        history=state.history,
+        final_accuracy=accs[-1] if accs else None,
+        best_accuracy=max(accs) if accs else None,
+        final_loss=next((h["test_loss"] for h in reversed(state.history) if "test_loss" in h), None),
+        wall_time=state.wall_time,
+        eval_time=state.eval_time,
+        rounds=state.round,
+        tracking_uri=recorder.uri,
+    )
+    say.summary(format_summary(summary, fed.rounds, hint=not sweep))
+    return summary
+
+
+def objective_value(summary: dict[str, Any], cfg: DictConfig) -> float:
+    """The value a Hydra sweeper optimises: tracking.objective of the run's summary.
+    rounds_to_<t> counts an unreached target as rounds + 1, so it stays comparable."""
+    name = str(cfg.tracking.get("objective") or "final_accuracy")
+    if name.startswith("rounds_to_"):
+        reached = summary["rounds_to_target"].get(float(name.removeprefix("rounds_to_")))
+        return float(reached if reached is not None else int(cfg.rounds) + 1)
+    value = summary.get(name)
+    return float("nan") if value is None else float(value)
+
+
+class GracefulInterrupt:
+    """The first Ctrl-C (SIGINT) ends the run after the current round, with a checkpoint of it;
+    a second one stops at once (the last periodic checkpoint stays). A round interrupted half-way
+    would leave client state half-updated, so checkpoints are only taken between rounds."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.requested = False
+        self._previous = None
+
+    def _handler(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        if not self.quiet:
+            print("\nfedbench: interrupted; saving a checkpoint after this round (Ctrl-C again to stop now)",
+                  file=sys.stderr)
+
+    def __enter__(self) -> GracefulInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def check_writable(folder: Path) -> None:
+    """Fail before training when the run directory cannot take a checkpoint."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise FedbenchError(f"cannot write to the run directory {folder}: {exc.strerror or exc}") from None
+
+
+class JobOutput:
+    """What a run tells its user: on stderr (prefixed with the sweep job's label, so that parallel
+    jobs can be told apart) and in the job's own log file (Hydra's <job>.log)."""
+
+    def __init__(self, label: str, log_file: Path | None, quiet: bool):
+        self.prefix = f"[{label}] " if label else ""
+        self.log_file, self.quiet = log_file, quiet
+
+    def _log(self, text: str) -> None:
+        if self.log_file is not None:
+            import time
+
+            with open(self.log_file, "a") as f:
+                f.write("".join(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {line}\n" for line in text.splitlines()))
+
+    def __call__(self, text: str, console: bool = True) -> None:
+        if console and not self.quiet:
+            print(f"fedbench: {self.prefix}{text}", file=sys.stderr, flush=True)
+        self._log(text)
+
+    def summary(self, text: str) -> None:
+        if not self.quiet:
+            print("\n".join(f"{self.prefix}{line}" if line else line for line in text.splitlines()), flush=True)
+        self._log(text)
+
+
+def format_summary(summary: dict[str, Any], rounds: int, hint: bool = True) -> str:
+    lines = ["", "== fedbench run summary =="]
+    if summary.get("final_accuracy") is not None:
+        lines.append(f"final test accuracy  {summary['final_accuracy']:.4f}   best {summary['best_accuracy']:.4f}")
+    if summary.get("final_loss") is not None:
+        lines.append(f"final test loss      {summary['final_loss']:.4f}")
+    for target, reached in summary.get("rounds_to_target", {}).items():
+        lines.append(f"rounds to {target:g}".ljust(21) + format_rounds(reached, rounds))
+    evaluation = f", evaluation {summary['eval_time']:.1f} s more" if summary.get("eval_time") else ""
+    lines.append(f"wall time            {summary['wall_time']:.1f} s ({summary['rounds']} rounds){evaluation}")
+    lines.append(f"MLflow run           {summary['run_id']}")
+    if hint:  # a sweep says it once, at its end
+        lines.append(f"open with            {mlflow_hint(summary.get('tracking_uri', ''))}")
+    return "\n".join(lines)
+
+
+def mlflow_hint(uri: str) -> str:
+    return f"mlflow ui --backend-store-uri {uri}"

@@ -1,0 +1,59 @@
+"""`fedbench data show` and `fedbench list` for the data and model zoo."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from typer.testing import CliRunner
+
+from fedbench.cli.app import app
+from fedbench.core.errors import ConfigError
+
+runner = CliRunner()
+
+
+def test_data_show_prints_the_split_and_saves_a_heatmap(tmp_path):
+    png = tmp_path / "heat.png"
+    res = runner.invoke(app, ["data", "show", "dataset=digits", "partition=label_k", "partition.k=2", "num_clients=10",
+                              "seed=3", "--rows", "0", "--out", str(png)])
+    assert res.exit_code == 0, res.output
+    rows = [line.split() for line in res.output.splitlines() if re.match(r"\s+\d+\s+\d+\s+\d+\s", line)]
+    assert len(rows) == 10
+    from fedbench.data import DATASETS, fingerprint, make_partition
+
+    labels = DATASETS.get("digits")().y_train.numpy()
+    parts = make_partition("label_k", labels, 10, seed=3, k=2)
+    for (client, size, nlab, *pairs), p in zip(rows, parts):
+        counts = dict(pair.split(":") for pair in pairs)
+        assert int(size) == len(p) and int(nlab) == 2 == len(counts)
+        assert {int(k): int(v) for k, v in counts.items()} == dict(zip(*map(np.ndarray.tolist, np.unique(labels[p], return_counts=True))))
+    assert f"fingerprint={fingerprint(parts)}" in res.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_data_show_rejects_unknown_names():
+    res = runner.invoke(app, ["data", "show", "partition=imbalanced_shard"])
+    assert isinstance(res.exception, ConfigError) and "imbalanced_shards" in str(res.exception)
+
+
+def test_list_shows_the_zoo():
+    res = runner.invoke(app, ["list"])
+    assert res.exit_code == 0
+    for name in ("emnist", "cifar10", "cifar100", "tinyimagenet", "har", "esr", "libsvm", "shakespeare", "sent140",
+                 "c_noniid", "imbalanced_shards", "label_k", "composite_mnist", "pfl_noniid", "quantity_skew",
+                 "dirichlet_balanced", "iid_stratified", "logreg", "cnn1_fedadmm", "cnn2_fedadmm", "cnn_composite",
+                 "cnn_fedsso", "lenet", "resnet18_gn", "mlp_sent140"):
+        assert re.search(rf"^\s+{name}\s", res.output, re.M), name
+
+
+def test_every_dataset_partition_and_model_config_validates():
+    # each yaml's keys are its factory's arguments (a typo would be a ConfigError before any work)
+    from pathlib import Path
+
+    from tests.conftest import CONF, make_cfg
+    from fedbench.config.validate import validate
+
+    for group in ("dataset", "partition", "model"):
+        for path in sorted((Path(CONF) / group).glob("*.yaml")):
+            validate(make_cfg(f"{group}={path.stem}"))

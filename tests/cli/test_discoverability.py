@@ -1,0 +1,106 @@
+"""What a new user reads: `fedbench list` names every selectable config, `run --help` the top-level
+keys, typos get "did you mean", missing plugins and data name what installs them (issue 22)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CONF
+from tests.faultkit import error_lines, fedbench
+
+
+@pytest.fixture(scope="module")
+def listing(tmp_path_factory):
+    out = fedbench("list", cwd=tmp_path_factory.mktemp("list"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_list_shows_every_config_file_variants_and_presets(listing):
+    from fedbench.data.locations import fmnist_folder
+
+    names = {line.split()[0] for line in listing.splitlines() if line.startswith("  ") and line.split()}
+    for group in ("algorithm", "dataset", "partition", "model"):
+        for path in (Path(CONF) / group).glob("*.yaml"):
+            assert path.stem in names, f"{group}={path.stem} is not listed"
+    assert any(line.split()[:3] == ["scaffold_prox", "->", "scaffold:"] for line in listing.splitlines())
+    assert any(line.split()[:3] == ["losac_paper", "->", "losac:"] for line in listing.splitlines())
+    presets = {str(p.relative_to(Path(CONF) / "experiment").with_suffix("")) for p in (Path(CONF) / "experiment").rglob("*.yaml")}
+    assert presets <= set(listing.split())
+    fmnist = next(line for line in listing.splitlines() if line.split()[:1] == ["fmnist"])
+    found = fmnist_folder()
+    assert (f"[found: {found}]" in fmnist) if found else ("apt-get install dataset-fashion-mnist" in fmnist)
+
+
+def test_run_help_lists_top_level_keys_and_hydra_help_offers_no_broken_completion(tmp_path):
+    out = fedbench("run", "--help", cwd=tmp_path)
+    assert out.returncode == 0
+    text = " ".join(out.stdout.split())
+    for needle in ("rounds=30", "clients_per_round=10", "eta_l=0.1", "dataset=digits", "algorithm=fedavg"):
+        assert needle in text
+    hydra_help = fedbench("run", "--hydra-help", cwd=tmp_path)
+    assert hydra_help.returncode == 0 and "--config-dir" in hydra_help.stdout and "-sc" not in hydra_help.stdout
+    completion = fedbench("run", "-sc", "install=bash", cwd=tmp_path)
+    assert completion.returncode == 2 and len(error_lines(completion.stderr)) == 1
+    assert "shell completion is not available" in completion.stderr
+
+
+def test_a_missing_launcher_names_what_installs_it(monkeypatch):
+    from fedbench import preflight
+    from fedbench.core.errors import ConfigError
+
+    monkeypatch.setitem(preflight.PLUGINS, ("launcher", "joblib"), ("hydra_plugins.not_installed_here", "pip install -e '.[sweeps]'"))
+    with pytest.raises(ConfigError, match=r"hydra/launcher=joblib needs a Hydra plugin that is not installed: pip install"):
+        preflight.check_plugins(["hydra/launcher=joblib", "seed=0,1"])
+    preflight.check_plugins(["hydra/launcher=basic"])  # Hydra's own: nothing to install
+
+
+def test_missing_fashion_mnist_names_the_debian_package():
+    from fedbench.data.datasets import _missing_hint, fmnist_folders
+
+    assert _missing_hint("fmnist", fmnist_folders("/nowhere")).endswith(
+        "(on Debian/Ubuntu: apt-get install dataset-fashion-mnist)")
+
+
+def test_mlflow_runs_have_readable_names_a_source_and_open_on_the_runs_table(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from fedbench.runs.single import run_job
+    from tests.conftest import make_cfg
+    from tests.faultkit import SMALL
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    run_job(make_cfg(f"tracking.uri={uri}", *SMALL, "rounds=1", "partition.alpha=0.1", "seed=3"), tmp_path / "a",
+            quiet=True)
+    run_job(make_cfg(f"tracking.uri={uri}", *SMALL, "rounds=1", "partition=iid", "algorithm=fedprox",
+                     "tracking.run_name=mine"), tmp_path / "b", quiet=True)
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("fedbench")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    found = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert set(found) == {"fedavg-digits-dir0.1-s3", "mine"}
+    tags = found["mine"].data.tags
+    assert tags["mlflow.source.name"] == "fedbench run" and tags["mlflow.source.type"] == "LOCAL"
+    assert tags["mlflow.user"] and tags["mlflow.source.git.commit"] == tags["git_commit"]
+
+
+def test_sweep_output_names_each_job_logs_plain_lines_and_fills_the_job_log(tmp_path):
+    """Not on a terminal (a pipe here): plain progress lines instead of bar redraws; each line and
+    summary says its job; the MLflow hint once per sweep; Hydra's job log holds the job's lines."""
+    from tests.faultkit import SMALL
+
+    out = fedbench("run", "-m", "seed=0,1", "rounds=20", *SMALL, f"tracking.uri=sqlite:///{tmp_path}/m.db",
+                   f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "\r" not in out.stderr
+    for job in (0, 1):
+        progress = [line for line in out.stderr.splitlines() if line.startswith(f"fedbench: [job {job}] round ")]
+        assert [line.split()[4] for line in progress] == [f"{r}/20" for r in range(2, 21, 2)]
+        assert f"[job {job}] final test accuracy" in out.stdout
+        assert any(line.startswith(f"fedbench: [job {job}] overrides: seed={job} rounds=20") for line in out.stderr.splitlines())
+        [log] = (tmp_path / "sweep" / str(job)).glob("*.log")
+        text = log.read_text()
+        assert "round 20/20" in text and "final test accuracy" in text
+    assert out.stdout.count("mlflow ui --backend-store-uri") == 1

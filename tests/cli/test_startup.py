@@ -1,0 +1,46 @@
+"""Start-up (issue 20): `fedbench --help` and `fedbench list` import neither torch nor pandas, and
+the registrations `list` reads from source are exactly the registries'."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from fedbench.core.registry import declared
+
+PROBE = """
+import sys
+from fedbench.cli.app import app
+try:
+    app({args!r})
+except SystemExit:
+    pass
+heavy = sorted(m for m in ("torch", "pandas", "mlflow", "torchvision", "sklearn", "matplotlib") if m in sys.modules)
+print("HEAVY", heavy)
+"""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["list"], ["run", "--help"]])
+def test_light_commands_import_no_heavy_library(args):
+    proc = subprocess.run([sys.executable, "-c", PROBE.format(args=args)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "HEAVY []" in proc.stdout, proc.stdout[-500:]
+
+
+def test_declared_registrations_equal_the_registries():
+    from fedbench.algorithms import load_all
+    from fedbench.data import DATASETS, PARTITIONS
+    from fedbench.models import MODELS
+
+    for kind, registry in (("algorithm", load_all()), ("dataset", DATASETS), ("partition", PARTITIONS), ("model", MODELS)):
+        assert declared(kind) == registry.describe(), kind
+
+
+def test_a_light_data_module_loads_alone_and_the_registry_fills_itself():
+    code = ("import sys; import fedbench.data.locations; assert 'torch' not in sys.modules; "
+            "from fedbench.data.datasets import DATASETS; assert 'cifar10' in DATASETS and 'no_such_set' not in DATASETS; "
+            "from fedbench.data.partitions import PARTITIONS; assert 'quantity_skew' in PARTITIONS")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,309 @@
+"""`fedbench reproduce`: the catalog against the preset files and the paper numbers, the comparison
+arithmetic on tiny fake inputs, one end-to-end run, and the ci scale of every CPU-runnable reproduction."""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import fedbench.config.compose
+import fedbench.reproduce.catalog as catalog_module
+import fedbench.reproduce.entry as entry_module
+from fedbench.reproduce.catalog import load_catalog
+from fedbench.reproduce.entry import Arm, Claim, Metric, Reproduction, Scale, rounds_to
+from fedbench.reproduce.compare import RunResult, aggregate, comparison, format_rounds, measure, parse_paper, speedup
+from fedbench.reproduce.run import missing, reproduce
+
+CATALOG = load_catalog()
+
+
+# ------------------------------------------------------------------------------------------ catalog
+def test_catalog_covers_the_five_papers():
+    papers = {rep.paper for rep in CATALOG.values()}
+    assert papers == {"losac", "composite", "fedadmm", "fedspeed", "fedsso"}
+    for rep in CATALOG.values():
+        assert rep.name.startswith(rep.paper + "/") and "full" in rep.scales and rep.claim and rep.metrics
+
+
+@pytest.mark.parametrize("name", sorted(CATALOG))
+def test_preset_file_matches_catalog(name):
+    rep = CATALOG[name]
+    path = fedbench.config.compose.CONF_DIR / "experiment" / f"{rep.preset_path}.yaml"
+    if not path.exists() and rep.preset_path in OWNED_ELSEWHERE:
+        pytest.skip(f"{path.name} comes with the {OWNED_ELSEWHERE[rep.preset_path]} branch")
+    text = path.read_text()
+    assert text.startswith("# @package _global_"), path
+    assert "override /" in text or "defaults:\n  - " in text, path
+    for scale in rep.scales.values():
+        assert len(scale.seeds) >= 1 and scale.device in ("cpu", "gpu") and scale.compute
+        assert len({a.slug for a in scale.arms}) == len(scale.arms), "arms must have distinct (method, group)"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CATALOG))
+def test_arms_compose_and_validate(name):
+    """The preset plus each arm's overrides is a valid config (one arm per algorithm and data set)."""
+    from hydra import compose, initialize_config_dir
+
+    from fedbench.config.validate import validate
+    from fedbench.reproduce.run import job_overrides
+
+    rep = CATALOG[name]
+    checked = 0
+    for scale_name, scale in rep.scales.items():
+        if missing(rep, scale_name):
+            continue
+        firsts = {}
+        for arm in scale.arms:
+            key = tuple(o for o in (*scale.overrides, *arm.overrides) if o.startswith(("algorithm=", "dataset=", "model=")))
+            firsts.setdefault((key, arm.preset), arm)
+        for arm in firsts.values():
+            with initialize_config_dir(config_dir=str(fedbench.config.compose.CONF_DIR), version_base=None):
+                cfg = compose("config", overrides=[*job_overrides(rep, scale, arm), f"seed={scale.seeds[0]}"])
+            validate(cfg)
+            checked += 1
+    if not checked:
+        pytest.skip(f"{name} needs {', '.join(missing(rep, 'full'))}")
+
+
+# composite/fig2 (with its FedMid variant) and composite/fig3 are written by the composite branch
+OWNED_ELSEWHERE = {"composite/fig2": "composite", "composite/fig3": "composite"}
+
+
+@pytest.mark.parametrize("name", sorted(CATALOG))
+def test_every_entry_has_paper_numbers_for_every_full_scale_cell(name):
+    rep = CATALOG[name]
+    paper = rep.paper_numbers()
+    cells = {(a.method, a.group, m.name) for a in rep.scales["full"].arms for m in rep.metrics if m.applies(a.group)}
+    assert cells == set(map(tuple, paper[["method", "group", "metric"]].to_numpy()))
+    # figures have no printed values (composite's were lost altogether); tables must have some
+    assert (paper["value"] != "").any() or "Fig" in rep.title or rep.blocked or rep.paper == "composite", \
+        f"{name}: a table without a single published number"
+
+
+def test_transcribed_numbers_spot_checks():
+    """A few cells read off the specs' transcriptions, so that a shifted column cannot go unnoticed."""
+    def cell(name, method, group, metric):
+        frame = CATALOG[name].paper_numbers()
+        row = frame[(frame.method == method) & (frame.group == group) & (frame.metric == metric)]
+        return row["value"].item()
+
+    assert cell("losac/table2", "LoSAC (M=5)", "ESR T=4", "rounds_to_0.85") == "206"
+    assert cell("losac/table2", "SCAFFOLD (M=3)", "HAR T=6", "acc@500") == "92.40"
+    assert cell("fedadmm/table3", "FedADMM", "FMNIST (1000) IID", "rounds_to_0.8") == "3"
+    assert cell("fedadmm/table3", "FedProx", "MNIST (100) non-IID", "rounds_to_0.97") == "100+"
+    assert cell("fedspeed/table4_4", "FedSpeed", "C10 (100-10%) DIR", "rounds_to_0.85") == "380"
+    assert cell("fedsso/table1", "FedSSO", "EMNIST CNN", "rounds_to_0.83") == "191"
+
+
+# ------------------------------------------------------------------------------ comparison arithmetic
+def hist(acc):
+    return pd.DataFrame({"round": np.arange(1, len(acc) + 1), "test_accuracy": acc})
+
+
+def test_measure_rounds_to_target_and_values():
+    h = hist([0.2, 0.5, 0.7, 0.9])
+    assert measure(rounds_to(0.7), h, 4) == 3
+    assert measure(rounds_to(0.95), h, 4) == math.inf
+    assert measure(rounds_to(0.5, offset=1), h, 4) == 1  # FedSSO's r* - 1
+    assert measure(rounds_to(0.4, mode="min"), h, 4) == 1
+    assert measure(Metric("a", "at", at=2, scale=100), h, 4) == 50
+    assert measure(Metric("a", "at"), h, 4) == 0.9
+    assert measure(Metric("a", "mean_last", last=2), h, 4) == pytest.approx(0.8)
+    assert measure(Metric("a", "mean_last", last=2, at=3), h, 4) == pytest.approx(0.6)  # rounds 2-3 (FedADMM Fig. 6)
+    assert math.isnan(measure(Metric("a", "at", "rec_err"), h, 4))
+
+
+def test_rounds_formatting_uses_the_papers_greater_than_R():
+    assert format_rounds(math.inf, math.nan, 0, 3, 100) == ">100"
+    assert format_rounds(math.inf, math.nan, 2, 3, 100) == ">100 (2/3)"
+    assert format_rounds(12.0, 1.0, 3, 3, 100) == "12.0 ± 1"
+    assert parse_paper("100+") == math.inf and parse_paper("-") == math.inf and parse_paper(">200") == math.inf
+    assert parse_paper("94.37%") == 94.37 and math.isnan(parse_paper(""))
+
+
+def test_speedup():
+    assert speedup(64, 56, 100)[1] == "1.14×"  # LoSAC Table 2, MNIST T = 2, M = 2
+    assert speedup(math.inf, 25, 100) == (4.0, ">4.00×")  # the reference never reached the target
+    assert math.isnan(speedup(60, math.inf, 100)[0])
+
+
+def fake_rep(tmp_path, monkeypatch, check=None) -> Reproduction:
+    """Two methods x two groups, with a paper CSV in tmp_path."""
+    monkeypatch.setattr(entry_module, "PAPERS_DIR", tmp_path)
+    (tmp_path / "fake").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "fake" / "t.csv").write_text(
+        "method,group,metric,value,note\n"
+        "A,g1,rounds_to_0.5,40,\nB,g1,rounds_to_0.5,20,\nA,g1,acc,90.0,\nB,g1,acc,95.5,\n"
+        "A,g2,rounds_to_0.5,100+,\nB,g2,rounds_to_0.5,50,\nA,g2,acc,80,\nB,g2,acc,,figure\n")
+    arms = tuple(Arm(m, g, (f"algorithm={a}",)) for g in ("g1", "g2") for m, a in (("A", "fedsgd"), ("B", "fedavg")))
+    return Reproduction(
+        name="fake/t", paper="fake", title="Table T", claim="B is faster than A",
+        metrics=(rounds_to(0.5), Metric("acc", "at", scale=100)), reference="A",
+        scales={"ci": Scale(arms, (0,), "cpu", "seconds", overrides=("rounds=3",)), "full": Scale(arms, (0,), "cpu", "s")},
+        check=check or (lambda table, scale: [Claim("B reaches 50% no later than A", True)]), preset="tiny/t")
+
+
+def test_comparison_table_shape_and_speedups(tmp_path, monkeypatch):
+    rep = fake_rep(tmp_path, monkeypatch)
+    runs = [RunResult("A", "g1", s, 4, hist([0.1, 0.3, 0.5, 0.6])) for s in (0, 1)]
+    runs += [RunResult("B", "g1", 0, 4, hist([0.5, 0.6, 0.7, 0.8])), RunResult("B", "g1", 1, 4, hist([0.2, 0.5, 0.7, 0.9]))]
+    runs += [RunResult("A", "g2", s, 4, hist([0.1, 0.2, 0.3, 0.4])) for s in (0, 1)]
+    runs += [RunResult("B", "g2", 0, 4, hist([0.1, 0.6, 0.6, 0.6])), RunResult("B", "g2", 1, 4, hist([0.1, 0.2, 0.3, 0.4]))]
+    table = comparison(rep, aggregate(rep, runs)).set_index(["method", "group", "metric"])
+    assert len(table) == 8  # 2 methods x 2 groups x 2 metrics
+    b1 = table.loc[("B", "g1", "rounds_to_0.5")]
+    assert (b1["paper"], b1["measured"], b1["mean"], b1["std"]) == ("20", "1.5 ± 0.71", 1.5, pytest.approx(math.sqrt(0.5)))
+    assert (b1["paper_speedup"], b1["speedup"]) == ("2.00×", "2.00×")  # 40/20 and 3/1.5
+    assert table.loc[("A", "g2", "rounds_to_0.5")].measured == ">4"
+    assert table.loc[("B", "g2", "rounds_to_0.5")].measured == ">4 (1/2)"
+    assert table.loc[("A", "g1", "acc")].measured == "60" and table.loc[("A", "g1", "acc")].paper == "90.0"
+    assert table.loc[("B", "g2", "acc")].paper == ""
+
+
+# ------------------------------------------------------------------------------------ end to end
+@pytest.fixture
+def tiny_conf(tmp_path, monkeypatch):
+    """A copy of conf/ with a digits preset for the fake reproduction."""
+    conf = tmp_path / "conf"
+    shutil.copytree(fedbench.config.compose.CONF_DIR, conf)
+    (conf / "experiment" / "tiny").mkdir(parents=True)
+    (conf / "experiment" / "tiny" / "t.yaml").write_text(
+        "# @package _global_\n# fake reproduction for the tests\ndefaults:\n  - override /dataset: digits\n"
+        "  - override /algorithm: fedavg\n\nnum_clients: 4\nclients_per_round: 4\nrounds: 3\ntargets: [0.5]\n")
+    monkeypatch.setattr(fedbench.config.compose, "CONF_DIR", conf)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_cli_runs_the_grid_saves_the_comparison_and_exits_1_on_a_failed_claim(tiny_conf, monkeypatch):
+    seen = {}
+
+    def check(table, scale):
+        seen["table"] = table
+        return [Claim("the fake claim", False)]
+
+    rep = fake_rep(tiny_conf / "papers", monkeypatch, check)
+    monkeypatch.setitem(catalog_module.REPRODUCTIONS, rep.name, rep)
+    result = CliRunner().invoke(fedbench.cli.app, ["reproduce", rep.name, "--scale", "ci",
+                                                   f"tracking.uri=sqlite:///{tiny_conf}/mlflow.db", "engine.threads=1"])
+    assert result.exit_code == 1, result.output
+    assert "| method | group | metric | paper | measured |" in result.output
+    assert "[ ] the fake claim" in result.output
+    out = tiny_conf / "outputs" / "reproduce" / "fake" / "t" / "ci"
+    csv = pd.read_csv(out / "comparison.csv")
+    assert len(csv) == 8 and set(csv["n"]) == {1}  # 4 arms x 2 metrics, one seed
+    assert (out / "figure.png").stat().st_size > 0 and (out / "comparison.md").exists()
+    measured = re.search(r"Compute: measured (\d+) s on a \d+-core CPU \(catalog estimate: ", (out / "comparison.md").read_text())
+    assert measured and 0 <= int(measured.group(1)) < 600
+    table = seen["table"]
+    assert ((table["mean"] >= 0) | np.isinf(table["mean"])).all()
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tiny_conf}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name(rep.name).experiment_id])
+    assert len(runs) == 5  # 4 arms x 1 seed + the comparison run
+    comparison_run = next(r for r in runs if r.info.run_name.endswith("-comparison"))
+    assert comparison_run.data.tags["claims_hold"] == "false"
+    assert {a.path for a in client.list_artifacts(comparison_run.info.run_id)} >= {"comparison.csv", "comparison.md", "figure.png"}
+
+
+def test_cli_exit_code_0_when_every_claim_holds(monkeypatch):
+    import fedbench.reproduce.run as run_module
+
+    outcome = run_module.Outcome(pd.DataFrame(), [Claim("holds", True)], "| table |", [])
+    monkeypatch.setattr(run_module, "reproduce", lambda rep, scale, extra: outcome)
+    result = CliRunner().invoke(fedbench.cli.app, ["reproduce", "losac/fig7", "--scale", "ci"])
+    assert result.exit_code == 0 and "| table |" in result.output
+
+
+def test_cli_list_shows_every_reproduction_and_its_needs():
+    result = CliRunner().invoke(fedbench.cli.app, ["reproduce", "list"])
+    assert result.exit_code == 0
+    for name, rep in CATALOG.items():
+        assert name in result.output and rep.claim in result.output
+    assert "GPU" in result.output and "CPU" in result.output and "data: mnist" in result.output
+
+
+def test_missing_data_is_reported_before_any_run(tiny_conf, monkeypatch):
+    from fedbench.core.errors import DataUnavailableError
+
+    rep = fake_rep(tiny_conf / "papers", monkeypatch)
+    arms = tuple(Arm(a.method, a.group, (*a.overrides, "dataset=mnist", "data.root=nowhere")) for a in rep.scales["ci"].arms)
+    rep = Reproduction(**{**rep.__dict__, "scales": {"ci": Scale(arms, (0,), "cpu", "s")}})
+    with pytest.raises(DataUnavailableError):
+        reproduce(rep, "ci", (f"tracking.uri=sqlite:///{tiny_conf}/mlflow.db",), outputs=tiny_conf / "outputs")
+    assert not (tiny_conf / "outputs").exists()
+
+
+# ------------------------------------------------------------------------- the ci scale of each paper
+CI = [  # every reproduction whose ci scale runs on data available here (synthetic, digits, Fashion-MNIST)
+    "losac/table2",
+    "losac/fig2",
+    "losac/fig6",
+    "losac/fig7",
+    "composite/fig2",
+    "composite/fig3",
+    "fedadmm/table3",
+    "fedadmm/fig6",
+    "fedadmm/fig9",
+    "fedspeed/table4_2",
+    "fedsso/table1",
+    "fedsso/table2",
+]
+
+
+def test_ci_list_is_every_ci_scale():
+    names = [c.values[0] if hasattr(c, "values") else c for c in CI]
+    assert sorted(names) == sorted(n for n, r in CATALOG.items() if "ci" in r.scales)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CI)
+def test_ci_claim_holds(name, tmp_path):
+    rep = CATALOG[name]
+    lacking = missing(rep, "ci")
+    if lacking:
+        pytest.skip(f"{name} needs {', '.join(lacking)}, not in this checkout")
+    outcome = reproduce(rep, "ci", (f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", "engine.threads=1",
+                                    "tracking.artifacts=false", "tracking.checkpoint_every=0"), outputs=tmp_path / "out")
+    assert outcome.holds, outcome.markdown
+
+
+def _ratios(**ratios):
+    return pd.DataFrame([dict(method=m, group="g", metric="dlg_error_ratio", mean=r) for m, r in ratios.items()])
+
+
+def test_fig6_check_asserts_divergence_at_full_scale_and_its_weaker_form_at_ci():
+    check = CATALOG["losac/fig6"].check
+    proxy = _ratios(DSGD=0.77, MimeSVRG=0.78, FedAvg=0.81, SCAFFOLD=1.03, LoSAC=1.02)
+    assert all(c.holds for c in check(proxy, "ci"))
+    assert [c.holds for c in check(proxy, "full")] == [True, True, False, True, True]  # FedAvg's error falls
+    leaky = _ratios(DSGD=0.77, MimeSVRG=0.85, FedAvg=0.81, SCAFFOLD=1.03, LoSAC=1.02)  # FedAvg leaks more than Mime
+    assert [c.holds for c in check(leaky, "ci")] == [True, True, False, True, True]
+    assert not check(_ratios(DSGD=1.01, MimeSVRG=0.8, FedAvg=1.1, SCAFFOLD=1.1, LoSAC=1.1), "ci")[0].holds
+
+
+def test_reproduce_all_runs_what_can_run_here_and_says_why_not_for_the_rest(tiny_conf, monkeypatch):
+    from fedbench.reproduce.run import reproduce_all
+
+    rep = fake_rep(tiny_conf / "papers", monkeypatch)
+    no_data = Reproduction(**{**rep.__dict__, "name": "fake/nodata", "scales": {"ci": Scale(
+        tuple(Arm(a.method, a.group, (*a.overrides, "dataset=mnist", "data.root=nowhere")) for a in rep.scales["ci"].arms),
+        (0,), "cpu", "s")}})
+    gpu_only = Reproduction(**{**rep.__dict__, "name": "fake/gpu", "scales": {"full": rep.scales["full"]}})
+    monkeypatch.setattr(catalog_module, "REPRODUCTIONS", {r.name: r for r in (rep, no_data, gpu_only)})
+    results, summary = reproduce_all("ci", (f"tracking.uri=sqlite:///{tiny_conf}/mlflow.db", "engine.threads=1"),
+                                     outputs=tiny_conf / "outputs", echo=lambda *_: None)
+    assert set(results) == {"fake/t", "fake/nodata"}  # fake/gpu has no ci scale
+    assert results["fake/t"].holds and "mnist not found" in results["fake/nodata"]
+    text = summary.read_text()
+    assert "| fake/t | 1 / 1 |" in text and "| fake/nodata | not run: mnist not found" in text
+    assert "| method | group | metric | paper | measured |" in text  # the comparison table of what ran

@@ -1,0 +1,62 @@
+"""The fairness of scripts/bench_peers.py: the peers see fedbench's minibatches and cohorts, so
+their round-1 global model equals fedbench's."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("flwr")
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+if not Path("/usr/share/datasets/fashion-mnist").is_dir() and not os.environ.get("FEDBENCH_FMNIST_DIR"):
+    pytest.skip("Fashion-MNIST not found", allow_module_level=True)
+
+sys.path.insert(0, str(SCRIPTS))
+spec = importlib.util.spec_from_file_location("bench_peers", SCRIPTS / "bench_peers.py")
+bench = importlib.util.module_from_spec(spec)
+sys.modules["bench_peers"] = bench
+spec.loader.exec_module(bench)
+
+# 60 samples per client: an epoch is a step of 50 and a short step of 10.
+TINY = dict(model="mclr", num_clients=20, per_client=60, cohort=4)
+
+
+def test_client_batches_are_the_engine_minibatches():
+    from fedbench.engine.local import LocalWork
+
+    fed, _ = bench.federation(TINY, 1)
+    ids = bench.cohort(fed, 2)
+    batches = bench.client_batches(fed, 2, ids)
+    work = LocalWork(fed.clients, torch.tensor(ids), 2, fed.eta_l, fed.batch_size, torch.ones(len(ids)), None)
+    assert [len(b) for b in batches[0]] == [50, 10]
+    for t in range(work.max_steps):
+        batch = work.batch(t)
+        for i in range(len(ids)):
+            valid = batch.w[i] > 0
+            assert torch.equal(batch.x[i][valid], fed.clients.x[batches[i][t]])
+    # each client's epoch visits its own samples exactly once
+    for i, cid in enumerate(ids):
+        own = fed.clients.index[cid, : int(fed.clients.size[cid])]
+        assert torch.equal(torch.cat(batches[i]).sort().values, own.sort().values)
+
+
+def test_fedbench_and_sequential_loop_agree_after_one_round():
+    fb = bench.run_fedbench(TINY, 2)
+    seq = bench.run_seq(TINY, 2)
+    assert float((fb["round1"] - seq["round1"]).abs().max()) <= bench.ROUND1_TOL
+    assert abs(fb["accuracy"] - seq["accuracy"]) <= bench.ACC_TOL
+    assert len(fb["round_times"]) == len(seq["round_times"]) == 2
+
+
+def test_round1_check_detects_another_minibatch_order(monkeypatch):
+    """The 1e-4 check can fail: the sequential loop with each client's batches reversed."""
+    fb = bench.run_fedbench(TINY, 1)
+    original = bench.client_batches
+    monkeypatch.setattr(bench, "client_batches", lambda *a: [b[::-1] for b in original(*a)])
+    seq = bench.run_seq(TINY, 1)
+    assert float((fb["round1"] - seq["round1"]).abs().max()) > bench.ROUND1_TOL
