@@ -1,5 +1,5 @@
 """The table of bad configuration inputs: each case is a command line and a phrase its one error
-message must contain. tests/test_bad_inputs.py checks them; scripts/gen_bad_inputs_doc.py
+message must contain. tests/config/test_bad_inputs.py checks them; scripts/gen_bad_inputs_doc.py
 renders them, with the full messages, into docs/bad_inputs.md."""
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def make_fixtures(tmp: Path) -> None:
     import numpy as np
     from mlflow.tracking import MlflowClient
 
-    from tests.test_data import write_idx, write_mnist_like
+    from tests.data.test_data import write_idx, write_mnist_like
 
     for name, change in (("labels_out_of_range", "labels"), ("images_14x56", "images")):
         folder = tmp / name / "fmnist"

@@ -25,7 +25,7 @@ def pfl(
     rng_seed: int = 1,
 ) -> Dataset:
     """`rng_seed=1` is the authors' np.random.seed(1): with MNIST and 20 users it gives their
-    published client label counts and test splits exactly (tests/test_paper_partitions.py)."""
+    published client label counts and test splits exactly (tests/data/test_paper_partitions.py)."""
     if base == "pfl" or base not in DATASETS:
         others = ", ".join(n for n in DATASETS.names() if n != "pfl")
         raise ConfigError(f"dataset.base must name another data set ({others}), got {base!r}")

@@ -48,7 +48,7 @@ def test_run_help_lists_top_level_keys_and_hydra_help_offers_no_broken_completio
 
 
 def test_a_missing_launcher_names_what_installs_it(monkeypatch):
-    from fedbench import preflight
+    from fedbench.config import preflight
     from fedbench.core.errors import ConfigError
 
     monkeypatch.setitem(preflight.PLUGINS, ("launcher", "joblib"), ("hydra_plugins.not_installed_here", "pip install -e '.[sweeps]'"))

@@ -178,7 +178,7 @@ def test_a_run_refused_after_hydra_starts_leaves_no_folder(tmp_path):
 
 
 def test_a_partial_data_folder_is_named_before_falling_back(tmp_path):
-    from tests.test_data import write_mnist_like
+    from tests.data.test_data import write_mnist_like
 
     folder = tmp_path / "data" / "fmnist"
     write_mnist_like(folder)
