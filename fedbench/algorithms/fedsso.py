@@ -69,11 +69,11 @@ class FedSSO(Algorithm):
         return QuasiNewton(self.backend, self.curvature_lower, self.curvature_upper, self.reset_period,
                            self.history_size, self.first_round, self.s_scale, self.min_abs_cos)
 
-    def optimizer(self) -> ServerOptimizer:
-        return self.quasi_newton.optimizer(self.setting.eta_g)
+    def optimizer(self, k: int) -> ServerOptimizer:
+        return self.quasi_newton.optimizer(self.setting.eta_g, k)
 
     def init(self, x0):
-        return {"x": x0.clone(), **self.optimizer().init(x0)}
+        return {"x": x0.clone(), **self.optimizer(0).init(x0)}
 
     def client_update(self, down: State, client: State, work) -> tuple[State, State]:
         x = down["x"]
@@ -83,7 +83,7 @@ class FedSSO(Algorithm):
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:
         # eq. 9: -g_k = (v_k - x_k)/(alpha tau) = sum_i p_i delta_i / (alpha tau_i), the pseudo-gradient
         delta = weighted_mean(up["delta"].to(QN) / up["scale"].to(QN)[:, None], cohort.weights)
-        return server_opt.apply(self.optimizer(), server, delta)
+        return server_opt.apply(self.optimizer(cohort.round + 1), server, delta)
 
     def metrics(self, server: State) -> dict[str, float]:
         out = {"qn_skipped": float(server["qn_skipped"]), "qn_forced": float(server["qn_forced"])}

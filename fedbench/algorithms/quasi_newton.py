@@ -9,8 +9,9 @@ server's gradient estimate (the pseudo-gradient Delta = -g_k is what `update` re
 B_k^{-1} g is computed exactly by one of three backends (spec §2.5): `lbfgs_exact` (two-loop
 recursion over the rescaled pairs (s, y~ = (y^T s / cur) y), H0 = I), `dense_inverse` (the BFGS
 H-form of the same matrix) and `dense_solve` (store B, solve). `ref_v1_dfp` and `ref_v2_lbfgs` are
-the authors' code (spec §2.8). The state (x_{k-1}, g_{k-1}, the pairs or the matrix, the round k)
-is float64 (spec §2.5) and sits in the server dict; it needs x (optax's params) for s.
+the authors' code (spec §2.8). The state (x_{k-1}, g_{k-1}, the pairs or the matrix) is float64
+(spec §2.5) and sits in the server dict; `update` needs x (optax's params) for s, and the optimiser
+is built for the round k it steps (the reset B_k = I and the authors' first step depend on k).
 """
 
 from __future__ import annotations
@@ -66,20 +67,19 @@ class QuasiNewton:
     def dense(self) -> bool:
         return self.backend in ("dense_inverse", "dense_solve", "ref_v1_dfp")
 
-    def optimizer(self, lr: float) -> ServerOptimizer:
-        """The server optimiser with step size eta = lr."""
+    def optimizer(self, lr: float, k: int) -> ServerOptimizer:
+        """The server optimiser with step size eta = lr, for round k = 1, 2, ..."""
 
         def init(x0: Tensor) -> OptState:
             zero = torch.zeros_like(x0, dtype=QN)
             # reference code: x_0 = g_0 = 0 make a pair at round 1 (spec §2.4)
             has_prev = 1.0 if self.first_round == "reference_code" else 0.0
             return {"x_prev": zero, "g_prev": zero.clone(), "has_prev": torch.tensor(has_prev),
-                    "qn_skipped": torch.tensor(0.0), "qn_forced": torch.tensor(0.0), "qn_round": torch.tensor(0),
+                    "qn_skipped": torch.tensor(0.0), "qn_forced": torch.tensor(0.0),
                     **self.empty_memory(x0)}
 
         def update(delta: Tensor, state: OptState, x: Tensor) -> tuple[Tensor, OptState]:
             g = -delta
-            k = int(state["qn_round"]) + 1
             new = {key: state[key] for key in self.state_keys()}
             if self.reset_period and k % self.reset_period == 0:  # Alg. 1 l. 1: B_k = I
                 new.update(self.empty_memory(x))
@@ -87,15 +87,14 @@ class QuasiNewton:
                 s = self.s_scale * (x.to(QN) - state["x_prev"])
                 self.add_pair(new, s, g - state["g_prev"])
             p = self.inverse_times(new, g, first=k == 1)
-            new.update({"x_prev": x.to(QN), "g_prev": g, "has_prev": torch.tensor(1.0),
-                        "qn_round": torch.tensor(k)})
+            new.update({"x_prev": x.to(QN), "g_prev": g, "has_prev": torch.tensor(1.0)})
             return -(lr * p), new
 
         return ServerOptimizer(init, update)
 
     def state_keys(self) -> tuple[str, ...]:
         memory = ("qn_matrix",) if self.dense else ("qn_s", "qn_y", "qn_rho")
-        return ("x_prev", "g_prev", "has_prev", "qn_skipped", "qn_forced", "qn_round", *memory)
+        return ("x_prev", "g_prev", "has_prev", "qn_skipped", "qn_forced", *memory)
 
     def empty_memory(self, x: Tensor) -> OptState:
         d = x.numel()
