@@ -19,10 +19,10 @@ scaffold
 scaffold_prox
 feddyn
 fedcm
-fedavgm eta_g=0.1
-fedadam eta_g=0.01
-fedyogi eta_g=0.01
-fedadagrad eta_g=0.01
+fedavg/avgm eta_g=0.1
+fedavg/adam eta_g=0.01
+fedavg/yogi eta_g=0.01
+fedavg/adagrad eta_g=0.01
 dsgd
 mime_svrg
 LIST

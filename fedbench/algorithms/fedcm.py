@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from fedbench.core.types import Cohort, State
+from fedbench.algorithms import server_opt
 from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.common import local_sgd, weighted_mean
 from fedbench.algorithms.registry import register
@@ -45,5 +46,5 @@ class FedCM(Algorithm):
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:
         pseudo_grad = -up["delta"] / up["step_length"][:, None]
         momentum = weighted_mean(pseudo_grad, cohort.weights)
-        x = server["x"] + self.setting.eta_g * weighted_mean(up["delta"], cohort.weights)
-        return {"x": x, "momentum": momentum}
+        plain = server_opt.sgd(self.setting.eta_g)  # x <- x + eta_g mean_i Delta_i
+        return {**server_opt.apply(plain, server, weighted_mean(up["delta"], cohort.weights)), "momentum": momentum}

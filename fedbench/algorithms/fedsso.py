@@ -1,19 +1,14 @@
-"""FedSSO: server-side quasi-Newton steps on FedAvg clients.
+"""FedSSO: FedAvg's clients and a quasi-Newton server optimiser.
 
 Ma, Bao, Jiang, Liu, Jiang, Yan, Liu, Pan, "FedSSO: A Federated Server-Side Second-Order
 Optimization Algorithm", AAAI 2023 (arXiv:2206.09576). Spec: papers/fedsso.md.
 
 Clients run FedAvg's local SGD (alpha = eta_l, tau steps) and upload x_i - x_k. The server forms
   v_k = sum_i p_i x_i,  g_k = (x_k - v_k) / (alpha tau)                 (eqs. 8-9, "Lighthouse" gradient)
-  s = x_k - x_{k-1},  y = g_k - g_{k-1},  cur = y^T s
-  cur <- 2 |y|^2 / (lambda + Lambda) unless lambda < |y|^2 / cur < Lambda  (Alg. 1 l. 4-5)
-  B_k = B_{k-1} + y y^T / cur - (B s)(B s)^T / (s^T B s)                  (eq. 10), B_k = I when k % R == 0
-  x_{k+1} = x_k - eta B_k^{-1} g_k                                        (Alg. 1, eta = eta_g)
-B_k^{-1} g is computed exactly by one of three backends (spec §2.5): `lbfgs_exact` (two-loop
-recursion over the rescaled pairs (s, y~ = (y^T s / cur) y), H0 = I), `dense_inverse` (the BFGS
-H-form of the same matrix) and `dense_solve` (store B, solve). `ref_v1_dfp` and `ref_v2_lbfgs` are
-the authors' code (spec §2.8). QN state is float64 (spec §2.5). With unequal local work each
-client's offset is divided by its own alpha tau_i, so g_k stays the average of the gradients taken.
+and steps x_{k+1} = x_k - eta B_k^{-1} g_k (Alg. 1, eta = eta_g) with the safeguarded BFGS server
+of quasi_newton.py (eq. 10; `backend` picks how B_k^{-1} g is computed, or the authors' code).
+With unequal local work each client's offset is divided by its own alpha tau_i, so g_k stays the
+average of the gradients taken.
 """
 
 from __future__ import annotations
@@ -21,39 +16,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
 
 from fedbench.core.types import Cohort, State
+from fedbench.algorithms import server_opt
 from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.common import local_sgd, weighted_mean
+from fedbench.algorithms.quasi_newton import BACKENDS, FIRST_ROUND, LIMITED_MEMORY, QN, QuasiNewton
 from fedbench.algorithms.registry import register
+from fedbench.algorithms.server_opt import ServerOptimizer
 from fedbench.core.errors import check, unknown_choice
 
-BACKENDS = ("lbfgs_exact", "dense_inverse", "dense_solve", "ref_v1_dfp", "ref_v2_lbfgs")
-FIRST_ROUND = ("skip", "reference_code")
 GRADIENT_SCALES = ("alpha_tau", "alpha")
-QN = torch.float64
-
-
-def two_loop(S: Tensor, Y: Tensor, rho: Tensor, g: Tensor, h0: float | Tensor = 1.0) -> Tensor:
-    """H g for the BFGS inverse built from pairs (S[j], Y[j]), rho[j] = 1/(Y[j]^T S[j]), H0 = h0 I
-    (Nocedal & Wright, Alg. 7.4)."""
-    q = g.clone()
-    a = []
-    for j in reversed(range(S.shape[0])):
-        a.append(rho[j] * (S[j] @ q))
-        q = q - a[-1] * Y[j]
-    r = h0 * q
-    for j, aj in zip(range(S.shape[0]), reversed(a)):
-        r = r + (aj - rho[j] * (Y[j] @ r)) * S[j]
-    return r
-
-
-def safeguarded_curvature(yy: Tensor, ys: Tensor, lower: float, upper: float) -> tuple[Tensor, bool]:
-    """Alg. 1 l. 4-5: keep cur = y^T s if lambda < |y|^2 / cur < Lambda, else force 2|y|^2/(lambda+Lambda)."""
-    if ys > 0 and lower < yy / ys < upper:
-        return ys, False
-    return 2 * yy / (lower + upper), True
 
 
 @register("fedsso", "FedSSO: FedAvg clients, server quasi-Newton (safeguarded BFGS) step on the average gradient")
@@ -88,126 +61,32 @@ class FedSSO(Algorithm):
         ):
             if value not in choices:
                 raise unknown_choice(f"algorithm.{key}", value, choices)
-        check(self.history_size is None or self.backend in ("lbfgs_exact", "ref_v2_lbfgs"),
-              f"algorithm.history_size needs a limited-memory backend (lbfgs_exact, ref_v2_lbfgs), got {self.backend!r}")
+        check(self.history_size is None or self.backend in LIMITED_MEMORY,
+              f"algorithm.history_size needs a limited-memory backend ({', '.join(LIMITED_MEMORY)}), got {self.backend!r}")
 
     @property
-    def dense(self) -> bool:
-        return self.backend in ("dense_inverse", "dense_solve", "ref_v1_dfp")
+    def quasi_newton(self) -> QuasiNewton:
+        return QuasiNewton(self.backend, self.curvature_lower, self.curvature_upper, self.reset_period,
+                           self.history_size, self.first_round, self.s_scale, self.min_abs_cos)
 
-    # -- state ---------------------------------------------------------------------------------
-    def _empty_memory(self, x: Tensor) -> State:
-        d = x.numel()
-        if self.dense:  # B (dense_solve) or H = B^{-1} (dense_inverse, DFP's D), B_0 = I
-            return {"qn_matrix": torch.eye(d, dtype=QN, device=x.device)}
-        return {
-            "qn_s": x.new_zeros(0, d, dtype=QN),
-            "qn_y": x.new_zeros(0, d, dtype=QN),
-            "qn_rho": x.new_zeros(0, dtype=QN),
-        }
+    def optimizer(self, k: int) -> ServerOptimizer:
+        return self.quasi_newton.optimizer(self.setting.eta_g, k)
 
-    def init(self, x0: Tensor) -> State:
-        zero = torch.zeros_like(x0, dtype=QN)
-        # reference code: x_0 = g_0 = 0 make a pair at round 1 (spec §2.4)
-        has_prev = 1.0 if self.first_round == "reference_code" else 0.0
-        return {
-            "x": x0.clone(),
-            "x_prev": zero,
-            "g_prev": zero.clone(),
-            "has_prev": torch.tensor(has_prev),
-            "qn_skipped": torch.tensor(0.0),
-            "qn_forced": torch.tensor(0.0),
-            **self._empty_memory(x0),
-        }
+    def init(self, x0):
+        return {"x": x0.clone(), **self.optimizer(0).init(x0)}
 
-    # -- client: FedAvg ------------------------------------------------------------------------
     def client_update(self, down: State, client: State, work) -> tuple[State, State]:
         x = down["x"]
         steps = work.steps.to(x.dtype) if self.gradient_scale == "alpha_tau" else torch.ones_like(work.sizes, dtype=x.dtype)
         return {"delta": local_sgd(work, x) - x, "scale": work.lr * steps}, client
 
-    # -- server --------------------------------------------------------------------------------
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:
-        k = cohort.round + 1
-        x = server["x"]
-        # eq. 9: g_k = (x_k - v_k)/(alpha tau) = -sum_i p_i delta_i / (alpha tau_i)
-        g = -weighted_mean(up["delta"].to(QN) / up["scale"].to(QN)[:, None], cohort.weights)
-        new = {**server}
-        if self.reset_period and k % self.reset_period == 0:  # Alg. 1 l. 1: B_k = I
-            new.update(self._empty_memory(x))
-        elif server["has_prev"] > 0:
-            s = self.s_scale * (x.to(QN) - server["x_prev"])
-            self._add_pair(new, s, g - server["g_prev"])
-        p = self._inverse_times(new, g, first=k == 1)
-        new.update({
-            "x": x - (self.setting.eta_g * p).to(x.dtype),
-            "x_prev": x.to(QN), "g_prev": g, "has_prev": torch.tensor(1.0),
-        })
-        return new
-
-    def _add_pair(self, state: State, s: Tensor, y: Tensor) -> None:
-        """Fold the pair (s, y) into the memory, with the backend's curvature safeguard."""
-        lo, hi = self.curvature_lower, self.curvature_upper
-        ys, yy, ss = y @ s, y @ y, s @ s
-        if self.backend == "ref_v1_dfp":  # test on s^T y itself; DFP update of D ~ B^{-1}
-            D = state["qn_matrix"]
-            cur = ys if lo < ys < hi else 2 * ss / (lo + hi)
-            state["qn_forced"] = state["qn_forced"] + float(not lo < ys < hi)
-            Dy = D @ y
-            yDy = y @ Dy
-            term1 = torch.outer(s, s) / cur if cur > 0 else 0.0
-            term2 = torch.outer(Dy, Dy) / yDy if yDy != 0 else 0.0
-            state["qn_matrix"] = D + term1 - term2
-            return
-        if self.backend == "ref_v2_lbfgs":  # test on |s|^2 / s^T y; fallback replaces s by a scaled y
-            if not yy > 0:  # y = 0 leaves no usable pair
-                state["qn_skipped"] = state["qn_skipped"] + 1
-                return
-            if not (ys != 0 and lo < ss / ys < hi):
-                s = 2 * y / (lo + hi)
-                ys = y @ s
-                state["qn_forced"] = state["qn_forced"] + 1
-            self._append(state, s, y, 1 / ys)
-            return
-        # paper formula; guard against degenerate pairs (spec §2.4)
-        if not (yy > 0 and ss > 0 and torch.isfinite(ys) and ys.abs() > self.min_abs_cos * yy.sqrt() * ss.sqrt()):
-            state["qn_skipped"] = state["qn_skipped"] + 1
-            return
-        c, forced = safeguarded_curvature(yy, ys, lo, hi)
-        state["qn_forced"] = state["qn_forced"] + float(forced)
-        if self.backend == "lbfgs_exact":  # B_k = BFGS with (s, y~), y~ = (y^T s / c) y: rho~ = c / (y^T s)^2
-            self._append(state, s, (ys / c) * y, c / ys**2)
-        elif self.backend == "dense_inverse":  # exact inverse of eq. 10, u = H y, rho = 1/(y^T s)
-            H = state["qn_matrix"]
-            u, rho = H @ y, 1 / ys
-            state["qn_matrix"] = H - rho * (torch.outer(s, u) + torch.outer(u, s)) + rho**2 * (y @ u + c) * torch.outer(s, s)
-        else:  # dense_solve: eq. 10 itself
-            B = state["qn_matrix"]
-            Bs = B @ s
-            state["qn_matrix"] = B + torch.outer(y, y) / c - torch.outer(Bs, Bs) / (s @ Bs)
-
-    def _append(self, state: State, s: Tensor, y: Tensor, rho: Tensor) -> None:
-        S, Y, R = (torch.cat([state[k], v.reshape(1, *state[k].shape[1:])]) for k, v in
-                   (("qn_s", s), ("qn_y", y), ("qn_rho", rho)))
-        if self.history_size is not None:  # true limited memory: an approximation of B_k^{-1}
-            S, Y, R = S[-self.history_size:], Y[-self.history_size:], R[-self.history_size:]
-        state.update(qn_s=S, qn_y=Y, qn_rho=R)
-
-    def _inverse_times(self, state: State, g: Tensor, first: bool) -> Tensor:
-        if self.backend == "dense_solve":
-            return torch.linalg.solve(state["qn_matrix"], g)
-        if self.dense:
-            return state["qn_matrix"] @ g
-        S, Y, rho = state["qn_s"], state["qn_y"], state["qn_rho"]
-        if self.backend == "ref_v2_lbfgs":
-            if first:  # torch.optim.LBFGS's first step: t = min(1, 1/|g|_1)
-                return min(1.0, 1.0 / float(g.abs().sum())) * g
-            h0 = 1 / (rho[-1] * (Y[-1] @ Y[-1])) if len(rho) else 1.0  # gamma = s^T y / y^T y
-            return two_loop(S, Y, rho, g, h0)
-        return two_loop(S, Y, rho, g)
+        # eq. 9: -g_k = (v_k - x_k)/(alpha tau) = sum_i p_i delta_i / (alpha tau_i), the pseudo-gradient
+        delta = weighted_mean(up["delta"].to(QN) / up["scale"].to(QN)[:, None], cohort.weights)
+        return server_opt.apply(self.optimizer(cohort.round + 1), server, delta)
 
     def metrics(self, server: State) -> dict[str, float]:
         out = {"qn_skipped": float(server["qn_skipped"]), "qn_forced": float(server["qn_forced"])}
-        if not self.dense:
+        if not self.quasi_newton.dense:
             out["qn_pairs"] = float(server["qn_s"].shape[0])
         return out

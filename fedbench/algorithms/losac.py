@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from fedbench.core.types import ClientStateSpec, Cohort, Setting, State
+from fedbench.algorithms import server_opt
 from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.common import weighted_mean
 from fedbench.algorithms.prox import REGULARIZERS, Regularizer
@@ -109,10 +110,8 @@ class FedSaga(_BlockSaga):
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:
         if self.x_agg == "sum_over_N":
-            x = server["x"] + up["dx"].sum(0) / self.setting.num_clients
-        else:
-            x = server["x"] + self.setting.eta_g * weighted_mean(up["dx"], cohort.weights)
-        return {**server, "x": x}
+            return {**server, "x": server["x"] + up["dx"].sum(0) / self.setting.num_clients}
+        return server_opt.apply(server_opt.sgd(self.setting.eta_g), server, weighted_mean(up["dx"], cohort.weights))
 
 
 @register("losac", "LoSAC / LoSAC-Prox (Alg. 2, eqs. 10-16): SAGA with a global gradient estimate phi")

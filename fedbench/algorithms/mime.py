@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fedbench.core.types import Cohort, State
+from fedbench.algorithms import server_opt
 from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.common import local_sgd, weighted_mean
 from fedbench.algorithms.registry import register
@@ -44,4 +45,4 @@ class MimeSVRG(Algorithm):
         return {"delta": local_sgd(work, x, direction) - x}, client
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:
-        return {**server, "x": server["x"] + self.setting.eta_g * weighted_mean(up["delta"], cohort.weights)}
+        return server_opt.apply(server_opt.sgd(self.setting.eta_g), server, weighted_mean(up["delta"], cohort.weights))

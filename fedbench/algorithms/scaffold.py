@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from fedbench.core.types import ClientStateSpec, Cohort, cohort_sum, Setting, State
+from fedbench.algorithms import server_opt
 from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.common import local_sgd, weighted_mean
 from fedbench.algorithms.prox import Regularizer
@@ -71,7 +72,6 @@ class Scaffold(Algorithm):
         return {"dy": y - x, "dc": c_new - c_i}, {"c": c_new}  # lines 13-14
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:
-        x = server["x"] + self.setting.eta_g * weighted_mean(up["dy"], cohort.weights)  # lines 16-17
+        new = server_opt.apply(server_opt.sgd(self.setting.eta_g), server, weighted_mean(up["dy"], cohort.weights))  # l. 16-17
         # line 17: c = sum_i p_i c_i tracked through the cohort's changes ((|S|/N) mean for p_i = 1/N)
-        c = server["c"] + cohort_sum(self.setting, up["dc"], cohort)
-        return {"x": x, "c": c}
+        return {**new, "c": server["c"] + cohort_sum(self.setting, up["dc"], cohort)}

@@ -43,16 +43,18 @@ def _variants(group: str, registered: list[str]) -> list[tuple[str, str, str]]:
     import yaml
 
     out = []
-    for path in sorted((conf_dir() / group).glob("*.yaml")):
-        if path.stem in registered:
+    for path in sorted((conf_dir() / group).rglob("*.yaml")):
+        stem = str(path.relative_to(conf_dir() / group).with_suffix(""))
+        if stem in registered:
             continue
         raw = yaml.safe_load(path.read_text()) or {}
         name = (raw.get("algorithm") or {}).get("name") if group == "algorithm" and "algorithm" in raw else raw.get("name")
         base = next((d for d in raw.get("defaults", []) if isinstance(d, str) and d != "_self_"), None)
-        name = name or base  # a variant that extends a sibling file (losac_paper: defaults [losac])
+        # a variant that extends another file: losac_paper (defaults [losac]), fedavg/adam ([/algorithm/fedavg@_here_])
+        name = name or (base and base.split("@")[0].rsplit("/", 1)[-1])
         comment = next((ln.lstrip("# ").strip() for ln in path.read_text().splitlines()
                         if ln.startswith("#") and "@package" not in ln), "")
-        out.append((path.stem, str(name), comment))
+        out.append((stem, str(name), comment))
     return out
 
 

@@ -78,8 +78,33 @@ def resume(
                           "start the run again")
     placement = ("resume", "hydra.run.dir")
     overrides = [o for o in OmegaConf.load(saved) if o.lstrip("+~").split("=", 1)[0] not in placement]
+    overrides = _renamed(run_dir, overrides)
     raise typer.Exit(hydra_main([*overrides, f"hydra.run.dir={run_dir.resolve()}", "resume=true"]))
 
+
+
+def _renamed(run_dir: Path, overrides: list[str]) -> list[str]:
+    """A run folder recorded under renamed config choices (config.renames) continues under the new
+    names: its overrides.yaml is rewritten, and its checkpoint re-keyed to the new config's hash when
+    it was written by the recorded config (the same run: only names and key paths changed)."""
+    from omegaconf import OmegaConf
+
+    from fedbench.config.compose import compose
+    from fedbench.config.renames import map_overrides
+    from fedbench.engine.checkpoint import rehash_checkpoint
+    from fedbench.runs.single import CHECKPOINT_NAME, config_hash
+
+    mapped = map_overrides(overrides)
+    if mapped == overrides:
+        return overrides
+    recorded = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    rehash_checkpoint(run_dir / CHECKPOINT_NAME, config_hash(recorded), config_hash(compose(mapped, checked=True)))
+    saved = run_dir / ".hydra" / "overrides.yaml"
+    kept = [o for o in OmegaConf.load(saved) if o not in overrides]  # the placement entries
+    OmegaConf.save(OmegaConf.create([*kept, *mapped]), saved)
+    changed = ", ".join(f"{a} -> {b}" for a, b in zip(overrides, mapped) if a != b)
+    typer.echo(f"renamed since this run was recorded: {changed}", err=True)
+    return mapped
 
 
 def attach(root: typer.Typer) -> None:

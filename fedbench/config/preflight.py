@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+from fedbench.config.renames import renamed_message
 from fedbench.core.errors import ConfigError, unknown_choice
 
 GROUPS = ("dataset", "partition", "model", "algorithm", "engine", "tracking", "experiment")
@@ -75,6 +76,8 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
             root = key.split(".")[0].split("/")[0]
             if not item.startswith("+") and root not in top_keys and root not in GROUPS and root != "hydra":
                 raise unknown_choice("top-level key", root, sorted(top_keys | set(GROUPS)))
+            if key in GROUPS and (message := renamed_message(key, value)):
+                raise ConfigError(message)
             if key in GROUPS and value not in ("null", ""):
                 choices = group_choices(conf_dir, key, extra)
                 if value not in choices:

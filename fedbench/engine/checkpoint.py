@@ -46,6 +46,10 @@ def save_checkpoint(path: Path, state: RunState, run_id: str | None, config_hash
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_orphans(path.parent)
+    _write_atomically(path, payload)
+
+
+def _write_atomically(path: Path, payload: dict) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX, suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide the checkpoint from the user's group
@@ -77,3 +81,14 @@ def load_checkpoint(path: Path, state: RunState, device: torch.device) -> dict:
     state.wall_time = float(payload["wall_time"])
     state.eval_time = float(payload.get("eval_time", 0.0))  # absent in checkpoints before it existed
     return {"run_id": payload["run_id"] or None, "config_hash": payload["config_hash"]}
+
+
+def rehash_checkpoint(path: Path, old_hash: str, new_hash: str) -> bool:
+    """Re-key a checkpoint written under a config that was since renamed (the same run under new
+    names): its config hash becomes `new_hash` if it was `old_hash`. Returns whether it changed."""
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    if payload["config_hash"] != old_hash:
+        return False
+    payload["config_hash"] = new_hash
+    _write_atomically(path, payload)
+    return True

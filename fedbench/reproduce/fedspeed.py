@@ -17,7 +17,7 @@ ACC = Metric("final_acc", "at", scale=100)
 METHODS = {
     "FedAvg": ("algorithm=fedavg",),
     "FedProx": ("algorithm=fedprox", "algorithm.mu=0.1"),
-    "FedAdam": ("algorithm=fedadam", "eta_g=0.1", "algorithm.tau=0.01"),
+    "FedAdam": ("algorithm=fedavg/adam", "eta_g=0.1", "algorithm.server_opt.tau=0.01"),
     "SCAFFOLD": ("algorithm=scaffold",),
     "FedCM": ("algorithm=fedcm",),
     "FedDyn": ("algorithm=feddyn", "algorithm.alpha=0.1"),

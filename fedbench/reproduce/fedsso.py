@@ -124,7 +124,7 @@ curve_entry("fig5", "Fig. 5: the same curves with shared hyper-parameters (alpha
             "~2 CPU-hours", fedsso_best)
 curve_entry("fig6", "Fig. 6: FedSSO, FedOpt (FedAdagrad) and FedAvg on CIFAR-10 (LeNet and MCLR)",
             "FedSSO converges faster than FedOpt", {"CIFAR-10 LeNet": ("model=lenet",), "CIFAR-10 MCLR": model_overrides("mclr")},
-            {"FedAvg": ("algorithm=fedavg",), "FedAdagrad": ("algorithm=fedadagrad",), "FedSSO": ("algorithm=fedsso",)},
+            {"FedAvg": ("algorithm=fedavg",), "FedAdagrad": ("algorithm=fedavg/adagrad",), "FedSSO": ("algorithm=fedsso",)},
             ("cifar10",), "~3 CPU-hours or 20 GPU-minutes", fedsso_best, extra=("dataset=cifar10_pfl", "num_clients=10", "clients_per_round=10"))
 curve_entry("fig7", "Fig. 7: FedSSO, FedNL, FedAc, FedAvg on LIBSVM ijcnn1 binary logistic regression",
             "FedSSO reaches a given training loss fastest; FedAc also converges well", {"ijcnn1": ()},

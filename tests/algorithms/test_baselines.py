@@ -24,7 +24,7 @@ def model(fed, state):
     "algorithm, rounds",
     [
         (["algorithm=fedprox", "algorithm.mu=0"], 3),
-        (["algorithm=fedavgm", "algorithm.momentum=0"], 3),
+        (["algorithm=fedavg/avgm", "algorithm.server_opt.momentum=0"], 3),
         (["algorithm=fedcm", "algorithm.alpha=1"], 3),
         (["algorithm=scaffold"], 1),  # c = c_i = 0 in the first round
         (["algorithm=scaffold", "algorithm.option=I"], 1),
@@ -237,7 +237,7 @@ def test_vmap_and_loop_executors_agree(algorithm):
 
 FLOATS_PER_CLIENT = {  # (down, up) in units of d per participating client per round
     "fedprox": (1, 1), "scaffold": (2, 2), "scaffold_prox": (2, 2), "feddyn": (1, 1), "fedcm": (2, 1),
-    "fedavgm": (1, 1), "fedadam": (1, 1), "fedyogi": (1, 1), "fedadagrad": (1, 1), "mime_svrg": (2, 2),
+    "fedavg/avgm": (1, 1), "fedavg/adam": (1, 1), "mime_svrg": (2, 2),
     "dsgd": (1, 1),
 }
 
@@ -265,10 +265,12 @@ def test_floats_per_round(algorithm):
         (["algorithm=feddyn", "eta_g=0.5"], "eta_g"),
         (["algorithm=feddyn", "algorithm.alpha=0"], "alpha"),
         (["algorithm=fedcm", "algorithm.alpha=1.5"], "alpha"),
-        (["algorithm=fedavgm", "algorithm.momentum=1"], "momentum"),
-        (["algorithm=fedadam", "algorithm.beta2=1"], "beta2"),
-        (["algorithm=fedyogi", "algorithm.tau=0"], "tau"),
-        (["algorithm=fedadagrad", "algorithm.v0=-1"], "v0"),
+        (["algorithm=fedavg/avgm", "algorithm.server_opt.momentum=1"], "momentum"),
+        (["algorithm=fedavg/adam", "algorithm.server_opt.beta2=1"], "beta2"),
+        (["algorithm=fedavg/yogi", "algorithm.server_opt.tau=0"], "tau"),
+        (["algorithm=fedavg/adagrad", "algorithm.server_opt.v0=-1"], "v0"),
+        (["algorithm=fedavg", "algorithm.server_opt=adamw"], "server_opt 'adamw'. Available: adagrad, adam"),
+        (["algorithm=fedavg/avgm", "+algorithm.server_opt.beta1=0.9"], "server_opt.beta1 for server_opt 'momentum'"),
     ],
 )
 def test_bad_hyperparameters_are_config_errors(overrides, words):

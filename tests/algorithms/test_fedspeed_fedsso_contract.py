@@ -20,7 +20,7 @@ UNDER_TEST = {
     "fedspeed_participating": ["algorithm=fedspeed", "algorithm.server_correction_avg=participating", "clients_per_round=5"],
     "fedspeed_ing": ["algorithm=fedspeed_ing", "algorithm.zeta=0.3", "clients_per_round=5"],
     "fedsso": ["algorithm=fedsso", "clients_per_round=8"],
-    "fedsso_ref_v1": ["algorithm=fedsso_ref_v1", "clients_per_round=8"],
+    "fedsso/ref_v1": ["algorithm=fedsso/ref_v1", "clients_per_round=8"],
     "feddane": ["algorithm=feddane", "clients_per_round=5"],
     "fedac": ["algorithm=fedac", "clients_per_round=5"],
     "fednl": ["algorithm=fednl", "clients_per_round=8"],

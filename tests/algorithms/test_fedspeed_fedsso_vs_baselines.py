@@ -58,5 +58,5 @@ def test_fedsso_beats_fedadagrad_on_a_quadratic():
     x_star = _x_star(fed)
     scale = float(x_star.norm())
     assert float((x_sso - x_star).norm()) < 1e-8 * scale
-    best = min(float((_run(*common, "algorithm=fedadagrad", f"eta_g={lr}")[1] - x_star).norm()) for lr in (0.03, 0.1, 0.3))
+    best = min(float((_run(*common, "algorithm=fedavg/adagrad", f"eta_g={lr}")[1] - x_star).norm()) for lr in (0.03, 0.1, 0.3))
     assert best > 1e-3 * scale

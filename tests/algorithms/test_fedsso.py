@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.conftest import make_cfg
-from fedbench.algorithms.fedsso import FedSSO
+from fedbench.algorithms.quasi_newton import QuasiNewton
 from fedbench.runs.build import build_federation
 from fedbench.engine.local import LocalWork
 from fedbench.engine.loop import run
@@ -37,22 +37,22 @@ def _forced(s, y):
 
 
 def _state(algo, d):
-    return {**algo._empty_memory(torch.zeros(d, dtype=torch.float64)),
+    return {**algo.empty_memory(torch.zeros(d, dtype=torch.float64)),
             "qn_skipped": torch.tensor(0.0), "qn_forced": torch.tensor(0.0)}
 
 
 def test_backends_agree_and_B_stays_spd_with_the_secant_equation_up_to_scale():
     d, n, reset_at = 12, 36, 20
-    algos = {b: FedSSO(backend=b) for b in ("lbfgs_exact", "dense_inverse", "dense_solve")}
+    algos = {b: QuasiNewton(backend=b) for b in ("lbfgs_exact", "dense_inverse", "dense_solve")}
     states = {b: _state(a, d) for b, a in algos.items()}
     gen = torch.Generator().manual_seed(1)
     forced = 0
     for j, (s, y) in enumerate(_pairs(d, n)):
         if j == reset_at:  # B = I
-            states = {b: {**st, **algos[b]._empty_memory(s)} for b, st in states.items()}
+            states = {b: {**st, **algos[b].empty_memory(s)} for b, st in states.items()}
             continue
         for b, algo in algos.items():
-            algo._add_pair(states[b], s, y)
+            algo.add_pair(states[b], s, y)
         forced += _forced(s, y)
         ys, yy = y @ s, y @ y
         c = 2 * yy / (LOWER + UPPER) if _forced(s, y) else ys
@@ -61,7 +61,7 @@ def test_backends_agree_and_B_stays_spd_with_the_secant_equation_up_to_scale():
         assert float(torch.linalg.eigvalsh(B).min()) > 0  # SPD
         assert torch.allclose(B @ s, (ys / c) * y, rtol=1e-9, atol=1e-9 * float(y.norm()))  # secant up to scale
         g = torch.randn(d, generator=gen, dtype=torch.float64)
-        p = {b: algo._inverse_times(states[b], g, first=False) for b, algo in algos.items()}
+        p = {b: algo.inverse_times(states[b], g, first=False) for b, algo in algos.items()}
         scale = float(p["dense_solve"].norm())
         for b in ("lbfgs_exact", "dense_inverse"):
             assert float((p[b] - p["dense_solve"]).norm()) <= 1e-9 * scale, (j, b)
@@ -72,16 +72,16 @@ def test_backends_agree_and_B_stays_spd_with_the_secant_equation_up_to_scale():
 
 
 def test_degenerate_pair_is_skipped_and_counted():
-    algo = FedSSO()
+    algo = QuasiNewton()
     st = _state(algo, 3)
     s = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
-    algo._add_pair(st, s, torch.tensor([0.0, 2.0, 0.0], dtype=torch.float64))  # y^T s = 0
-    algo._add_pair(st, torch.zeros(3, dtype=torch.float64), s)  # s = 0
+    algo.add_pair(st, s, torch.tensor([0.0, 2.0, 0.0], dtype=torch.float64))  # y^T s = 0
+    algo.add_pair(st, torch.zeros(3, dtype=torch.float64), s)  # s = 0
     assert float(st["qn_skipped"]) == 2 and st["qn_s"].shape[0] == 0
-    limited = FedSSO(history_size=2)
+    limited = QuasiNewton(history_size=2)
     st = _state(limited, 12)
     for s, y in _pairs(12, 6):
-        limited._add_pair(st, s, y)
+        limited.add_pair(st, s, y)
     assert st["qn_s"].shape[0] == 2
 
 
@@ -156,7 +156,7 @@ def test_bad_values_are_config_errors(override):
 def test_reference_v1_first_step_is_null_from_a_zero_model():
     """Spec §2.4: the v1 code's x_0 = g_0 = 0 with a zero-initialised MCLR gives s = 0 and
     D_1 = I - g g^T / |g|^2, so the first step is exactly zero."""
-    fed, _ = build_federation(make_cfg(*DIGITS, "rounds=1", "algorithm=fedsso_ref_v1"))
+    fed, _ = build_federation(make_cfg(*DIGITS, "rounds=1", "algorithm=fedsso/ref_v1"))
     fed.x0 = torch.zeros_like(fed.x0)
     x1 = run(fed).server["x"]
     assert float(x1.abs().max()) < 1e-12
@@ -169,7 +169,7 @@ def test_reference_v2_first_step_is_lbfgs_scaled():
     """torch.optim.LBFGS's first step: x_1 = x_0 - eta min(1, 1/|g|_1) g with g = (x_0 - v)/alpha."""
     eta = 0.7
     v = run(build_federation(make_cfg(*DIGITS, "rounds=1", "algorithm=fedavg"))[0]).server["x"]
-    fed, _ = build_federation(make_cfg(*DIGITS, "rounds=1", "algorithm=fedsso_ref_v2", f"eta_g={eta}"))
+    fed, _ = build_federation(make_cfg(*DIGITS, "rounds=1", "algorithm=fedsso/ref_v2", f"eta_g={eta}"))
     x0 = fed.x0.clone()
     g = (x0 - v) / 0.01
     expected = x0 - eta * min(1.0, 1.0 / float(g.abs().sum())) * g

@@ -13,9 +13,12 @@ from omegaconf import OmegaConf
 
 from tests.conftest import CONF, make_cfg
 from fedbench.algorithms import load_all
+from fedbench.algorithms import server_opt
+from fedbench.config.renames import RENAMED
 from fedbench.config.validate import params_of
 
-ALGORITHM_FILES = sorted(p.stem for p in (Path(CONF) / "algorithm").glob("*.yaml"))
+ALGORITHM_FILES = sorted(str(p.relative_to(Path(CONF) / "algorithm").with_suffix(""))
+                         for p in (Path(CONF) / "algorithm").rglob("*.yaml"))
 REGISTERED = load_all().names()
 
 
@@ -48,6 +51,20 @@ def test_yaml_defaults_equal_the_dataclass_defaults(name):
     assert not differing, f"yaml vs dataclass defaults differ: {differing}"
     missing = set(code) - set(yaml)
     assert not missing, f"dataclass fields with no yaml default (users cannot see them in --cfg job): {missing}"
+
+
+@pytest.mark.parametrize("variant", ["avgm", "adagrad", "adam", "yogi"])
+def test_fedavg_variants_write_out_their_server_optimisers_defaults(variant):
+    """fedavg/<variant> is fedavg.yaml with the server optimiser's paper defaults (server_opt.py)."""
+    yaml = params_of(make_cfg(f"algorithm=fedavg/{variant}").algorithm)
+    name = {"avgm": "momentum"}.get(variant, variant)
+    assert yaml == {**params_of(make_cfg("algorithm=fedavg").algorithm), "server_opt": server_opt.defaults(name)}
+
+
+def test_renamed_choices_point_at_existing_files():
+    for group, names in RENAMED.items():
+        for old, new in names.items():
+            assert (Path(CONF) / group / f"{new}.yaml").is_file() and not (Path(CONF) / group / f"{old}.yaml").exists()
 
 
 def test_every_file_of_the_algorithm_group_is_registered_or_a_variant():
