@@ -40,7 +40,7 @@ def plot(
     import pandas as pd
 
     from fedbench.core.errors import ConfigError, check_output_file, unknown_choice
-    from fedbench.tracking.report import differing_settings, hyperparameters, load_runs
+    from fedbench.tracking.report import differing_settings, hyperparameters, load_runs, method_label
     from fedbench.tracking.plots import plot_comparison
 
     if x not in X_AXES:
@@ -64,7 +64,7 @@ def plot(
             continue
         xs = ({m.step: m.value for m in client.get_metric_history(run["run_id"], x)} if x != "round"
               else {r: float(r) for r in values})
-        label = " ".join([str(run["param:algorithm.name"]), *(f"{k}={_value(run.get(f'param:{k}'))}" for k in keys)])
+        label = " ".join([method_label(run), *(f"{k}={_value(run.get(f'param:{k}'))}" for k in keys)])
         rows += [{"label": label, "seed": run.get("param:seed"), x: xs[r], metric: v} for r, v in values.items() if r in xs]
     if not rows:
         known = sorted({k for r in frame["run_id"] for k in client.get_run(r).data.metrics})

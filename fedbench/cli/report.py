@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from fedbench.tracking.report import BEST_BY, build_table, load_runs, to_markdown
+from fedbench.tracking.report import BEST_BY, build_table, load_runs, method_label, to_markdown
 
 REPORT_EXAMPLES = """
 Examples:
@@ -53,7 +53,7 @@ def report(
     frame = load_runs(uri, experiment, filter_string)
     if frame.empty:
         raise ConfigError(f"no FINISHED runs in experiment {experiment!r}" + (f" matching {filter_string!r}" if filter_string else ""))
-    algorithms = sorted(frame["param:algorithm.name"].dropna().unique())
+    algorithms = sorted(set(frame.apply(method_label, axis=1)))
     if baseline is not None and baseline not in algorithms:
         raise unknown_choice("--baseline (an algorithm of these runs)", baseline, algorithms)
     if last < 0:

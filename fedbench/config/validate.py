@@ -8,7 +8,7 @@ import inspect
 import math
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fedbench.algorithms import load_all
 from fedbench.algorithms.base import Algorithm
@@ -159,3 +159,20 @@ def validate(cfg: DictConfig) -> Algorithm:
     algorithm = build_algorithm(cfg)  # unknown hyperparameters, impossible values
     algorithm.validate_schedule(cfg.local_steps, cfg.local_epochs)
     return algorithm
+
+
+def written_out(cfg: DictConfig) -> DictConfig:
+    """The config with shorthands written out, so a run is recorded (params, config hash, skip-finished)
+    the same however it was typed: `algorithm.server_opt=adam` becomes adam's mapping with its defaults."""
+    from fedbench.algorithms import server_opt
+
+    value = OmegaConf.select(cfg, "algorithm.server_opt")
+    if not isinstance(value, str):
+        return cfg
+    if value not in server_opt.SERVER_OPTIMIZERS:
+        raise unknown_choice("algorithm.server_opt", value, server_opt.SERVER_OPTIMIZERS)
+    cfg = cfg.copy()
+    with open_dict(cfg):
+        written = server_opt.defaults(value)  # name first, then the keys as the variant files list them
+        cfg.algorithm.server_opt = {"name": value, **dict(sorted((k, v) for k, v in written.items() if k != "name"))}
+    return cfg

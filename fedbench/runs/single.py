@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from fedbench.config.validate import written_out
 from fedbench.runs.build import build_federation
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.engine.loop import initial_state, run
@@ -56,6 +57,7 @@ def run_job(
 
     say = JobOutput(label, log_file, quiet)
     quiet_libraries()
+    cfg = written_out(cfg)  # recorded the same however it was typed (shorthands written out)
     if cfg.engine.get("threads"):
         torch.set_num_threads(int(cfg.engine.threads))
     fed, info = build_federation(cfg)  # every config and data error surfaces here, before MLflow

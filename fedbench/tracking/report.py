@@ -84,12 +84,26 @@ def mean_last(frame: pd.DataFrame, k: int) -> pd.Series:
     return frame["history"].map(lambda h: sum(a for _, a in h[-k:]) / len(h[-k:]) if h else float("nan"))
 
 
+# The params that name a method: the algorithm, and its server optimiser (FedAdam is FedAvg with
+# algorithm.server_opt.name=adam): a method is never merged with another as a "tuned" choice.
+METHOD_PARAMS = ("param:algorithm.name", "param:algorithm.server_opt.name")
+
+
+def method_label(run) -> str:
+    """fedavg, fedavg/adam, fedprox/momentum, ...: the algorithm and a server optimiser other than sgd."""
+    import pandas as pd
+
+    opt = run.get("param:algorithm.server_opt.name")
+    name = str(run["param:algorithm.name"])
+    return name if opt is None or pd.isna(opt) or opt == "sgd" else f"{name}/{opt}"
+
+
 def differing_settings(frame: pd.DataFrame, exclude_tuned: bool) -> list[str]:
     """The config keys that differ between the runs (placement, seed and the algorithm aside): each
     combination is a row. With --best-by the tuned keys (algorithm.*, step sizes) are what is chosen
     per row, so they are not part of the setting."""
     tuned = ("algorithm.", "eta_l", "eta_g")
-    keys = [c[6:] for c in hyperparameters(frame) if c != "param:algorithm.name"]
+    keys = [c[6:] for c in hyperparameters(frame) if c not in METHOD_PARAMS]
     return [k for k in keys if not (exclude_tuned and k.startswith(tuned))]
 
 
@@ -121,7 +135,7 @@ def _joined(frame: pd.DataFrame, columns: list[str]) -> pd.Series | str:
 
 def best_configs(frame: pd.DataFrame, keys: list[str], settings: list[str], metric: str) -> pd.DataFrame:
     """Keep, per algorithm x setting, the runs of the configuration with the best mean `metric`."""
-    fixed = {"param:algorithm.name", *(f"param:{s}" for s in settings)}
+    fixed = {*METHOD_PARAMS, *(f"param:{s}" for s in settings)}
     hp = [c for c in hyperparameters(frame) if c not in fixed]
     frame = frame.assign(config=_joined(frame, hp))
     higher = not (metric.startswith("rounds_to") or metric == "final_loss")
@@ -147,7 +161,7 @@ def build_table(frame: pd.DataFrame, settings: list[str] | None, target: float |
         rounds = int(pd.to_numeric(frame["param:rounds"]).max())
     if last:
         frame[f"last_{last}_accuracy"] = mean_last(frame, last)
-    frame["algorithm"] = frame["param:algorithm.name"]
+    frame["algorithm"] = frame.apply(method_label, axis=1)
     frame["setting"] = ""
     if settings:
         frame["setting"] = frame[[f"param:{s}" for s in settings]].apply(
