@@ -1,5 +1,7 @@
-"""The heterogeneous least-squares federation of the exact-optimum tests (losac.md §8 target 3),
-and its global gradient computed in closed form from the clients' data, not by the engine."""
+"""The small problems of the test suite, defined once: the heterogeneous least-squares federation
+(losac.md §8 target 3; clients with their own feature shifts and optima, a linear model, float64)
+in the settings the tests use, and its gradients, curvatures and optimum computed in closed form
+from the clients' data, not by the engine."""
 
 from __future__ import annotations
 
@@ -10,13 +12,13 @@ from tests.conftest import build
 from fedbench.engine.loop import Federation, RunState, initial_state, run, run_round
 
 N = 8
-# N = 8 clients with their own feature shifts and optima (d = 5 + bias), 5 local steps on full
-# local batches with a constant step (eta_l * L_max ~ 0.9), float64
-LSTSQ = [
-    "dataset=lstsq", "dataset.dim=5", "dataset.heterogeneity=0.5", "partition=natural", "model=linear",
-    f"num_clients={N}", "batch_size=0", "engine.dtype=float64", "local_epochs=null", "local_steps=5",
-    "eta_l=0.1", "eval_every=0",
-]
+# the federation: N clients of the lstsq data set (dataset.* sets its size and heterogeneity), float64
+LEAST_SQUARES = ["dataset=lstsq", "partition=natural", "model=linear", f"num_clients={N}", "engine.dtype=float64",
+                 "eval_every=0"]
+# deterministic local work: full local batches, a fixed number of local steps
+FULL_BATCH = ["batch_size=0", "local_epochs=null", "local_steps=5"]
+# d = 5 + bias, 5 local steps on full local batches with a constant step (eta_l * L_max ~ 0.9)
+LSTSQ = [*LEAST_SQUARES, "dataset.dim=5", "dataset.heterogeneity=0.5", *FULL_BATCH, "eta_l=0.1"]
 # minibatches and partial participation: the random streams matter
 STOCHASTIC = [*LSTSQ, "clients_per_round=3", "batch_size=5", "local_steps=3", "rounds=2"]
 
@@ -57,3 +59,17 @@ def local_grad(fed: Federation, i: int, x: Tensor) -> Tensor:
 def global_grad(fed: Federation, x: Tensor) -> Tensor:
     """grad f(x), f = (1/N) sum_i f_i."""
     return torch.stack([local_grad(fed, i, x) for i in range(fed.clients.num_clients)]).mean(0)
+
+
+def pooled_optimum(fed: Federation) -> Tensor:
+    """The minimiser of the squared loss over every client's samples pooled (= the minimiser of
+    f = (1/N) sum_i f_i when the clients hold equally many samples)."""
+    blocks = [client_data(fed, i) for i in range(fed.clients.num_clients)]
+    A, y = torch.cat([A for A, _ in blocks]), torch.cat([y for _, y in blocks])
+    return torch.linalg.lstsq(A, y[:, None]).solution[:, 0]
+
+
+def max_curvature(fed: Federation) -> float:
+    """L_max: the largest eigenvalue of a client's Hessian 2 A_i^T A_i / n_i."""
+    return max(float(torch.linalg.eigvalsh(2 * A.T @ A / len(A))[-1])
+               for A, _ in (client_data(fed, i) for i in range(fed.clients.num_clients)))

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tests.conftest import advance, build
+from tests.problems import LEAST_SQUARES, max_curvature
 from fedbench.algorithms import load_all
 from fedbench.algorithms.fedadmm import heterogeneous_epochs
 from fedbench.engine.local import LocalWork
@@ -14,8 +15,7 @@ from fedbench.engine.loop import initial_state, run_round
 from fedbench.core.streams import sample_cohort
 from fedbench.core.errors import ConfigError
 
-LSTSQ = ["dataset=lstsq", "model=linear", "partition=natural", "num_clients=8", "clients_per_round=3",
-         "engine.dtype=float64", "eval_every=0", "batch_size=8", "local_epochs=3", "eta_l=0.02"]
+LSTSQ = [*LEAST_SQUARES, "clients_per_round=3", "batch_size=8", "local_epochs=3", "eta_l=0.02"]
 
 
 def final_x(*overrides, rounds=4):
@@ -161,19 +161,8 @@ def test_bad_values_are_config_errors():
 
 # -- target 5: convex fixed points (§2.8) -----------------------------------------------------------
 
-CONVEX = ["dataset=lstsq", "model=linear", "partition=natural", "num_clients=8", "dataset.dim=4",
-          "dataset.samples_per_user=40", "clients_per_round=4", "engine.dtype=float64", "eval_every=0",
-          "batch_size=0", "algorithm.hetero_epochs=false", "algorithm.momentum=0"]
-
-
-def _curvature(fed):
-    """Largest curvature L of a client's mean squared loss (with the bias)."""
-    L = 0.0
-    for i in range(fed.clients.num_clients):
-        A = fed.clients.x[fed.clients.index[i, : fed.clients.size[i]]]
-        A = torch.cat([A, torch.ones(len(A), 1, dtype=A.dtype)], 1)
-        L = max(L, float(2 / len(A) * torch.linalg.eigvalsh(A.T @ A)[-1]))
-    return L
+CONVEX = [*LEAST_SQUARES, "dataset.dim=4", "dataset.samples_per_user=40", "clients_per_round=4", "batch_size=0",
+          "algorithm.hetero_epochs=false", "algorithm.momentum=0"]
 
 
 def _grad_F(fed, x):
@@ -184,7 +173,7 @@ def _grad_F(fed, x):
 
 
 def _convex_run(rounds, rho_over_L, steps, *overrides):
-    L = _curvature(build(*CONVEX, "algorithm=fedadmm"))
+    L = max_curvature(build(*CONVEX, "algorithm=fedadmm"))
     rho = rho_over_L * L  # local GD at lr 1/(L + rho): each step contracts by <= L / (L + rho)
     fed = build(*CONVEX, "algorithm=fedadmm", f"algorithm.rho={rho}", f"eta_l={1 / (L + rho)}",
                 f"local_epochs={steps}", *overrides)
@@ -212,7 +201,7 @@ def test_global_init_converges_to_the_predicted_biased_point():
 
 def test_fedavg_with_many_local_steps_stalls():
     """(d) client drift: 30 local GD steps per round leave FedAvg far from grad F = 0."""
-    L = _curvature(build(*CONVEX, "algorithm=fedadmm"))
+    L = max_curvature(build(*CONVEX, "algorithm=fedadmm"))
     fed = build(*CONVEX[:-2], "algorithm=fedavg", f"eta_l={1 / L}", "local_epochs=30")
     x = advance(fed, initial_state(fed), 15).server["x"]
     assert float(_grad_F(fed, x).norm()) > 1.0

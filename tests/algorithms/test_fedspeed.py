@@ -7,15 +7,14 @@ import pytest
 import torch
 
 from tests.conftest import make_cfg
+from tests.problems import FULL_BATCH, LEAST_SQUARES, client_data, pooled_optimum
 from fedbench.runs.build import build_federation
 from fedbench.engine.local import LocalWork
 from fedbench.engine.loop import initial_state, run
 from fedbench.core.streams import sample_cohort
 from fedbench.core.errors import ConfigError
 
-LSTSQ = ["dataset=lstsq", "dataset.dim=5", "partition=natural", "num_clients=8", "model=linear",
-         "engine.dtype=float64", "batch_size=0", "local_epochs=null", "local_steps=5", "eval_every=0",
-         "eta_l=0.05"]
+LSTSQ = [*LEAST_SQUARES, "dataset.dim=5", *FULL_BATCH, "eta_l=0.05"]
 EXACT = ["algorithm.weight_decay=0", "algorithm.grad_clip=0", "algorithm.mu=3"]
 
 
@@ -42,15 +41,6 @@ def _clip(G, c):
 def _final_x(*overrides):
     fed, _ = build_federation(make_cfg(*overrides))
     return fed, run(fed).server["x"]
-
-
-def _client_blocks(fed):
-    """Per-client design matrices [A, 1] and targets of the lstsq problem (the linear model's
-    flat vector is (w, b))."""
-    A = torch.cat([fed.dataset.x_train, torch.ones(len(fed.dataset.x_train), 1, dtype=torch.float64)], 1)
-    y = fed.dataset.y_train
-    index, size = fed.clients.index, fed.clients.size
-    return [(A[index[i, : size[i]]], y[index[i, : size[i]]]) for i in range(fed.clients.num_clients)]
 
 
 def test_lemmas_1_and_2_and_perturbation_geometry():
@@ -162,8 +152,7 @@ def test_exact_optimum_where_fedavg_and_fedprox_stay_biased():
     perturbation (= FedDyn) reaches the global minimiser; FedAvg and FedProx (FedSpeed with only
     the prox-term, Table 4.6) keep a client-drift bias."""
     fed, x_speed = _final_x(*LSTSQ, "clients_per_round=8", "rounds=150", "algorithm=fedspeed", "algorithm.rho0=0", *EXACT)
-    A, y = torch.cat([b[0] for b in _client_blocks(fed)]), fed.dataset.y_train
-    x_star = torch.linalg.lstsq(A, y[:, None]).solution[:, 0]
+    x_star = pooled_optimum(fed)
     scale = float(x_star.norm())
     assert float((x_speed - x_star).norm()) < 1e-9 * scale
     _, x_avg = _final_x(*LSTSQ, "clients_per_round=8", "rounds=150", "algorithm=fedavg")
@@ -177,8 +166,7 @@ def test_partial_participation_all_mode_converges_to_the_optimum():
     """Spec C8: the server correction averaged over all M clients keeps the optimum a fixed point
     at 50% participation."""
     fed, x = _final_x(*LSTSQ, "clients_per_round=4", "rounds=200", "algorithm=fedspeed", "algorithm.rho0=0", *EXACT)
-    A, y = torch.cat([b[0] for b in _client_blocks(fed)]), fed.dataset.y_train
-    x_star = torch.linalg.lstsq(A, y[:, None]).solution[:, 0]
+    x_star = pooled_optimum(fed)
     assert float((x - x_star).norm()) < 1e-6 * float(x_star.norm())
 
 
@@ -189,13 +177,12 @@ def test_raw_perturbation_fixed_point():
     fed, x = _final_x(*LSTSQ, "clients_per_round=8", "rounds=150", "algorithm=fedspeed", "algorithm.rho_mode=raw",
                       f"algorithm.rho0={rho}", *EXACT)
     lhs, rhs = 0, 0
-    for A, y in _client_blocks(fed):
+    for A, y in (client_data(fed, i) for i in range(fed.clients.num_clients)):
         H = 2 * A.T @ A / len(y)  # f_i = mean (<a, x> - y)^2
         M = torch.eye(len(H), dtype=H.dtype) + rho * H
         lhs, rhs = lhs + M @ H, rhs + M @ (2 * A.T @ y / len(y))
     x_rho = torch.linalg.solve(lhs, rhs)
-    A, y = torch.cat([b[0] for b in _client_blocks(fed)]), fed.dataset.y_train
-    x_star = torch.linalg.lstsq(A, y[:, None]).solution[:, 0]
+    x_star = pooled_optimum(fed)
     assert float((x - x_rho).norm()) < 1e-8 * float(x_rho.norm())
     assert float((x_rho - x_star).norm()) > 1e-4 * float(x_star.norm())  # the perturbation moves it
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tests.conftest import advance, build
+from tests.problems import LEAST_SQUARES, global_grad
 from fedbench.algorithms import load_all
 from fedbench.algorithms.losac import draw_blocks
 from fedbench.algorithms.prox import Regularizer, singular_value_threshold, soft_threshold
@@ -15,17 +16,9 @@ from fedbench.engine.local import LocalWork
 from fedbench.engine.loop import initial_state, run_round
 from fedbench.core.errors import ConfigError
 
-LSTSQ = ["dataset=lstsq", "model=linear", "partition=natural", "num_clients=8", "engine.dtype=float64",
-         "batch_size=0", "eval_every=0", "local_epochs=null"]
+LSTSQ = [*LEAST_SQUARES, "batch_size=0", "local_epochs=null"]
 # target 3's problem: n_i = 40, unit noise, heterogeneous feature shifts and optima
 HETERO = [*LSTSQ, "dataset.samples_per_user=40", "dataset.noise=1.0", "dataset.dim=4", "local_steps=5"]
-
-
-def global_grad(fed, x):
-    """grad f(x) with f = (1/N) sum_i f_i (eq. 6), from every client's exact local gradient."""
-    N = fed.clients.num_clients
-    G, _ = LocalWork(fed.clients, torch.arange(N), 0, 0.0, 0, None, 1).full_grad(x.expand(N, -1))
-    return G.mean(0)
 
 
 def max_block_curvature(fed, M):

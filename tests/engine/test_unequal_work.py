@@ -1,18 +1,16 @@
 """Unequal local work (issue 20): the default chunking groups clients of similar step counts and a
-step computes only the clients still working; every algorithm gives the same result as training
-its clients one at a time (one-client chunks: the research loop, no masking at all)."""
+step computes only the clients still working (that every algorithm then equals the research loop,
+one client at a time, is tests/algorithms/test_contract.py's vmap = loop check)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 import torch
 
-from tests.conftest import CONF, build, make_cfg
+from tests.conftest import build
 from tests.problems import LSTSQ
 from fedbench.engine.local import LocalWork
-from fedbench.engine.loop import initial_state, run, work_groups
+from fedbench.engine.loop import run, work_groups
 
 # sizes grow with the client id and the aggregation weighs by them: chunks out of cohort order
 # must be put back in it; chunks of at most 6 of the 8 clients: a batched chunk, a loop one. Client k holds 6 * 1.6**k samples (6 .. 161) in batches of 3: 2 to 54 local steps per epoch
@@ -20,36 +18,6 @@ UNEQUAL = [
     *LSTSQ, "dataset.samples_per_user=6", "dataset.size_growth=1.6", "clients_per_round=8", "engine.client_chunk=6",
     "local_steps=null", "local_epochs=1", "batch_size=3", "rounds=3", "eta_l=0.01", "aggregation=num_samples",
 ]
-# (settings a method imposes, e.g. the composite methods' equal local steps, are left to it)
-NEEDS = {"fedadmm_lowrank": None}  # the low-rank task only
-FILES = sorted(p.stem for p in (Path(CONF) / "algorithm").glob("*.yaml"))
-
-
-def _steps_vary(fed) -> bool:
-    ids = torch.arange(fed.clients.num_clients)
-    return len(set(LocalWork(fed.clients, ids, 0, 0.1, fed.batch_size, torch.ones_like(ids), None).steps.tolist())) > 3
-
-
-@pytest.mark.parametrize("stem", FILES)
-def test_grouped_unequal_work_equals_one_client_at_a_time(stem):
-    if stem in NEEDS and NEEDS[stem] is None:
-        pytest.skip(f"{stem} runs on its own task only")
-    imposed = set(make_cfg(f"algorithm={stem}").algorithm.get("imposes") or ())
-    overrides = [o for o in UNEQUAL if o.split("=")[0] not in imposed] + [f"algorithm={stem}", *(NEEDS.get(stem) or [])]
-    fed = build(*overrides)
-    if fed.local_epochs is not None:
-        assert _steps_vary(fed)
-    grouped = run(fed)
-    research_loop = build(*overrides, "engine.client_chunk=1")
-    research_loop.group_by_work = research_loop.clients.skip_done = False
-    alone = run(research_loop)
-    assert fed.client_chunk > 1
-    for key, value in grouped.server.items():
-        assert torch.allclose(alone.server[key], value, rtol=0, atol=1e-10), key
-    for name, table in grouped.tables.items():
-        for i, row in table.rows.items():
-            assert torch.allclose(alone.tables[name].rows[i], row, rtol=0, atol=1e-10), (name, i)
-    assert grouped.floats_up == alone.floats_up and grouped.floats_down == alone.floats_down
 
 
 def test_padded_chunks_agree_with_grouped_skipping_ones():
@@ -105,11 +73,11 @@ def test_a_step_computes_only_the_working_clients():
 def test_auto_hands_few_rows_to_the_loop_and_composes_with_torch_func():
     """`auto` on a CPU: vmap for five or more rows, the loop below (the same gradients); under a
     torch.func transform (FedNL's Hessians) always vmap, which composes."""
-    from fedbench.engine import executors
+    from fedbench.engine import gradients
 
     fed = build("dataset=digits", "model=mlp_2nn", "partition=iid")
-    hybrid = executors.make_grad_fn(fed.flat, "classification", "vmap", loop_below=executors.LOOP_BELOW)
-    paths = {e: executors.make_grad_fn(fed.flat, "classification", e) for e in ("vmap", "loop")}
+    hybrid = gradients.make_grad_fn(fed.flat, "classification", "vmap", loop_below=gradients.LOOP_BELOW)
+    paths = {e: gradients.make_grad_fn(fed.flat, "classification", e) for e in ("vmap", "loop")}
     x, y = fed.clients.x, fed.clients.y
     torch.manual_seed(0)
     for s, path in ((2, "loop"), (4, "loop"), (5, "vmap"), (8, "vmap")):
