@@ -37,11 +37,11 @@ CASES: list[tuple[str, str]] = [
     ("num_clients=5000 clients_per_round=10", "num_clients=5000 exceeds the 1437 training samples"),
     ("local_steps=5", "set exactly one of local_steps and local_epochs"),
     ("local_epochs=null", "set exactly one of local_steps and local_epochs"),
-    ("local_steps=0 local_epochs=null", "local_steps must be an integer >= 1, got 0"),
-    ("local_epochs=0.5", "local_epochs must be an integer >= 1, got 0.5"),
+    ("local_steps=0 local_epochs=null", "local_steps must be an integer >= 1 or null, got 0"),
+    ("local_epochs=0.5", "local_epochs must be an integer >= 1 or null, got 0.5"),
     ("batch_size=-1", "batch_size must be an integer >= 0, got -1"),
     ("eval_every=-1", "eval_every must be an integer >= 0, got -1"),
-    ("seed=-1", "seed must be an integer >= 0, got -1"),
+    ("seed=-1", "seed must be an integer in [0, 2**63 - 1], got -1"),
     ("engine.client_chunk=-2", "engine.client_chunk must be an integer >= 0, got -2"),
     ("tracking.checkpoint_every=-1", "tracking.checkpoint_every must be an integer >= 0, got -1"),
     # rates
@@ -65,9 +65,9 @@ CASES: list[tuple[str, str]] = [
     ("algorithm=fedadmm algorithm.rho_schedule=[0.1,60]",
      "algorithm.rho_schedule must be null or [round, value] with an integer round >= 0"),
     # targets and objectives
-    ("targets=[1.5]", "targets must lie in (0, 1], got 1.5"),
-    ("targets=[0]", "targets must lie in (0, 1], got 0"),
-    ("targets=[-0.2,0.9]", "targets must lie in (0, 1], got -0.2"),
+    ("targets=[1.5]", "targets[0] must be a finite number in (0, 1], got 1.5"),
+    ("targets=[0]", "targets[0] must be a finite number in (0, 1], got 0"),
+    ("targets=[-0.2,0.9]", "targets[0] must be a finite number in (0, 1], got -0.2"),
     ("tracking.objective=rounds_to_0.5", "tracking.objective=rounds_to_0.5 names a target not in targets"),
     # models that do not fit the data, data that is not there
     ("model=cnn dataset=synthetic partition=natural num_clients=30", "model 'cnn' does not fit data set 'synthetic'"),
@@ -79,7 +79,7 @@ CASES: list[tuple[str, str]] = [
     ("engine.threads=-1", "engine.threads must be an integer >= 0, got -1"),
     ("engine.client_state_device=tpu", "engine.client_state_device must be auto (= engine.device), cpu, cuda[:k] or mps"),
     ("rounds=${oops}", "cannot resolve the config: Interpolation key 'oops' not found"),
-    ("tracking.experiment=", "tracking.experiment must name an MLflow experiment, got ''"),
+    ("tracking.experiment=", "tracking.experiment must be the name of an MLflow experiment, got ''"),
     ("hydra.run.dir=", "hydra.run.dir='' would write the run's checkpoint and .hydra/ into the current folder"),
     # sweeps: a bad value in any job stops the grid before the first job
     ("-m eta_l=0.1,0.05,-1", "eta_l must be a finite number > 0, got -1"),
