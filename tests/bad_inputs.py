@@ -1,5 +1,5 @@
 """The table of bad configuration inputs: each case is a command line and a phrase its one error
-message must contain. tests/test_bad_inputs.py checks them; scripts/gen_bad_inputs_doc.py
+message must contain. tests/config/test_bad_inputs.py checks them; scripts/gen_bad_inputs_doc.py
 renders them, with the full messages, into docs/bad_inputs.md."""
 
 from __future__ import annotations
@@ -81,6 +81,20 @@ CASES: list[tuple[str, str]] = [
     ("rounds=${oops}", "cannot resolve the config: Interpolation key 'oops' not found"),
     ("tracking.experiment=", "tracking.experiment must be the name of an MLflow experiment, got ''"),
     ("hydra.run.dir=", "hydra.run.dir='' would write the run's checkpoint and .hydra/ into the current folder"),
+    # caught by the schema's one checker (issue 17): every key has a type, and a did-you-mean when unknown
+    ("tracking.artifacts=3", "tracking.artifacts must be true or false, got 3"),
+    ("data.download=maybe", "data.download must be true or false, got 'maybe'"),
+    ("tracking.uri=5", "tracking.uri must be a string or null, got 5"),
+    ("algorithm=fedprox algorithm.mu=abc", "algorithm.mu must be a number, got 'abc'"),
+    ("model=mlp_2nn model.hidden=1.5", "model.hidden must be an integer, got 1.5"),
+    ("engine.exector=vmap", "Unknown key engine.exector. Valid: client_chunk, client_state_device, device, dtype, "
+                            "executor, threads. Did you mean 'executor'?"),
+    ("+tracking.objectiv=final_loss", "Unknown key tracking.objectiv. Valid: artifacts"),
+    ("+model.zero_int=true", "Unknown parameter model.zero_int for model 'mclr'. Valid: zero_init. Did you mean 'zero_init'?"),
+    ("model.width=3", "Unknown parameter model.width for model 'mclr'. Valid: zero_init."),
+    ("dataset.test_fraction=0.3", "dataset.test_fraction is not in this config (its group's file does not set it): "
+                                  "add it with +dataset.test_fraction=0.3"),
+    ("+roundz=5", "Unknown top-level key 'roundz'. Available: aggregation, algorithm"),
     # sweeps: a bad value in any job stops the grid before the first job
     ("-m eta_l=0.1,0.05,-1", "eta_l must be a finite number > 0, got -1"),
     ("-m algorithm=fedavg,fedsdg", "Did you mean 'fedsgd'?"),
@@ -134,7 +148,7 @@ def make_fixtures(tmp: Path) -> None:
     import numpy as np
     from mlflow.tracking import MlflowClient
 
-    from tests.test_data import write_idx, write_mnist_like
+    from tests.data.test_data import write_idx, write_mnist_like
 
     for name, change in (("labels_out_of_range", "labels"), ("images_14x56", "images")):
         folder = tmp / name / "fmnist"

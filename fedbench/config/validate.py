@@ -61,6 +61,7 @@ def fingerprint(cfg: DictConfig) -> str:
 def validate(cfg: DictConfig) -> Algorithm:
     """Check a composed config; raises ConfigError on the first problem. Returns the algorithm
     it built (not yet set up) so that a run does not build it twice."""
+    DATASETS.names()  # the data sets register their resolvers on import (eta_l: ${logistic_inv_lmax:...})
     values = resolved(cfg)
     for group in GROUPS:
         check(isinstance(values.get(group), dict) and "name" in values[group],
