@@ -2,9 +2,10 @@
 message that names the value and what is valid. The values are checked by config.checker against
 config.schema and the groups' factories; the checks across keys are here, in one place.
 
-A config is validated once per process: validate() remembers what it passed, and the build
-(runs.build, through checked_algorithm) validates only a config that was not checked before,
-e.g. one a script composed without preflight."""
+A config is validated once: validate() keeps the algorithm it built (its validate() hook derives
+state) for the config it passed, and the build (runs.build, through checked_algorithm) takes it,
+validating only a config that was not checked before in this process, e.g. one a script composed
+without preflight, or a job that a launcher runs in another process."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from fedbench.core.errors import ConfigError, check
 from fedbench.data import DATASETS, PARTITIONS
 from fedbench.models import MODELS
 
-_CHECKED: set[str] = set()  # fingerprints of the configs validate() passed in this process
+_CHECKED: dict[str, Algorithm] = {}  # config fingerprint -> the algorithm validate() built, until a build takes it
 
 
 def params_of(group: DictConfig | dict) -> dict[str, Any]:
@@ -30,15 +31,6 @@ def params_of(group: DictConfig | dict) -> dict[str, Any]:
     d = OmegaConf.to_container(group, resolve=True) if isinstance(group, DictConfig) else dict(group)
     d.pop("name", None)
     return d
-
-
-def _algorithm_params(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if k not in GROUPS["algorithm"][1]}
-
-
-def make_algorithm(cfg: DictConfig) -> Algorithm:
-    """The run's algorithm from its config group (not yet set up), without checks."""
-    return load_all().get(cfg.algorithm.name)(**_algorithm_params(params_of(cfg.algorithm)))
 
 
 def resolved(cfg: DictConfig) -> dict[str, Any]:
@@ -58,9 +50,8 @@ def fingerprint(cfg: DictConfig) -> str:
     return json.dumps(raw, sort_keys=True, default=str)
 
 
-def validate(cfg: DictConfig) -> Algorithm:
-    """Check a composed config; raises ConfigError on the first problem. Returns the algorithm
-    it built (not yet set up) so that a run does not build it twice."""
+def validate(cfg: DictConfig) -> None:
+    """Check a composed config; raises ConfigError on the first problem."""
     DATASETS.names()  # the data sets register their resolvers on import (eta_l: ${logistic_inv_lmax:...})
     values = resolved(cfg)
     for group in GROUPS:
@@ -73,15 +64,16 @@ def validate(cfg: DictConfig) -> Algorithm:
         check_group(group, name, params, factories[group](name), skip, PARAMETER_SPECS)
     check_section(values, RunConfig)
     check_across(values)
-    algorithm = make_algorithm(cfg)
+    extra = GROUPS["algorithm"][1]
+    algorithm = load_all().get(values["algorithm"]["name"])(
+        **{k: v for k, v in values["algorithm"].items() if k not in extra})
     algorithm.validate()  # the algorithm's own ranges and choices
     algorithm.validate_schedule(values["local_steps"], values["local_epochs"])
-    _CHECKED.add(fingerprint(cfg))
-    return algorithm
+    _CHECKED[fingerprint(cfg)] = algorithm
 
 
 def check_across(values: dict[str, Any]) -> None:
-    """The checks that involve more than one key."""
+    """The checks that involve more than one key, or the machine (a CUDA device)."""
     check(values["clients_per_round"] <= values["num_clients"],
           f"clients_per_round={values['clients_per_round']} exceeds num_clients={values['num_clients']}")
     steps, epochs = values["local_steps"], values["local_epochs"]
@@ -102,7 +94,9 @@ def check_across(values: dict[str, Any]) -> None:
 
 
 def checked_algorithm(cfg: DictConfig) -> Algorithm:
-    """The run's algorithm, validating the config first unless this process already did (preflight)."""
-    if fingerprint(cfg) in _CHECKED:
-        return make_algorithm(cfg)
-    return validate(cfg)
+    """The run's algorithm (not yet set up), validating the config first unless this process
+    already did (preflight)."""
+    key = fingerprint(cfg)
+    if key not in _CHECKED:
+        validate(cfg)
+    return _CHECKED.pop(key)

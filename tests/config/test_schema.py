@@ -74,9 +74,10 @@ def test_a_checked_config_is_not_validated_again_but_a_changed_one_is(monkeypatc
     validation.validate(cfg)
     calls = []
     monkeypatch.setattr(validation, "check_section", lambda *a: calls.append(a))
-    validation.checked_algorithm(make_cfg("num_clients=4", "clients_per_round=2"))  # the same config, composed again
-    assert calls == []
+    algorithm = validation.checked_algorithm(make_cfg("num_clients=4", "clients_per_round=2"))  # composed again
+    assert calls == [] and algorithm.name == "fedavg"
     monkeypatch.undo()
+    validation.validate(cfg)
     cfg.clients_per_round = 5
     with pytest.raises(ConfigError, match="clients_per_round=5 exceeds num_clients=4"):
         validation.checked_algorithm(cfg)
