@@ -52,6 +52,11 @@ def fingerprint(cfg: DictConfig) -> str:
 
 def validate(cfg: DictConfig) -> None:
     """Check a composed config; raises ConfigError on the first problem."""
+    _CHECKED[fingerprint(cfg)] = _checked(cfg)
+
+
+def _checked(cfg: DictConfig) -> Algorithm:
+    """The checks of validate(); returns the algorithm they built (not yet set up)."""
     DATASETS.names()  # the data sets register their resolvers on import (eta_l: ${logistic_inv_lmax:...})
     values = resolved(cfg)
     for group in GROUPS:
@@ -69,7 +74,7 @@ def validate(cfg: DictConfig) -> None:
         **{k: v for k, v in values["algorithm"].items() if k not in extra})
     algorithm.validate()  # the algorithm's own ranges and choices
     algorithm.validate_schedule(values["local_steps"], values["local_epochs"])
-    _CHECKED[fingerprint(cfg)] = algorithm
+    return algorithm
 
 
 def check_across(values: dict[str, Any]) -> None:
@@ -96,7 +101,5 @@ def check_across(values: dict[str, Any]) -> None:
 def checked_algorithm(cfg: DictConfig) -> Algorithm:
     """The run's algorithm (not yet set up), validating the config first unless this process
     already did (preflight)."""
-    key = fingerprint(cfg)
-    if key not in _CHECKED:
-        validate(cfg)
-    return _CHECKED.pop(key)
+    algorithm = _CHECKED.pop(fingerprint(cfg), None)  # one atomic pop: jobs may share a process
+    return algorithm if algorithm is not None else _checked(cfg)
