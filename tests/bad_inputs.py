@@ -37,11 +37,11 @@ CASES: list[tuple[str, str]] = [
     ("num_clients=5000 clients_per_round=10", "num_clients=5000 exceeds the 1437 training samples"),
     ("local_steps=5", "set exactly one of local_steps and local_epochs"),
     ("local_epochs=null", "set exactly one of local_steps and local_epochs"),
-    ("local_steps=0 local_epochs=null", "local_steps must be an integer >= 1, got 0"),
-    ("local_epochs=0.5", "local_epochs must be an integer >= 1, got 0.5"),
+    ("local_steps=0 local_epochs=null", "local_steps must be an integer >= 1 or null, got 0"),
+    ("local_epochs=0.5", "local_epochs must be an integer >= 1 or null, got 0.5"),
     ("batch_size=-1", "batch_size must be an integer >= 0, got -1"),
     ("eval_every=-1", "eval_every must be an integer >= 0, got -1"),
-    ("seed=-1", "seed must be an integer >= 0, got -1"),
+    ("seed=-1", "seed must be an integer in [0, 2**63 - 1], got -1"),
     ("engine.client_chunk=-2", "engine.client_chunk must be an integer >= 0, got -2"),
     ("tracking.checkpoint_every=-1", "tracking.checkpoint_every must be an integer >= 0, got -1"),
     # rates
@@ -65,9 +65,9 @@ CASES: list[tuple[str, str]] = [
     ("algorithm=fedadmm algorithm.rho_schedule=[0.1,60]",
      "algorithm.rho_schedule must be null or [round, value] with an integer round >= 0"),
     # targets and objectives
-    ("targets=[1.5]", "targets must lie in (0, 1], got 1.5"),
-    ("targets=[0]", "targets must lie in (0, 1], got 0"),
-    ("targets=[-0.2,0.9]", "targets must lie in (0, 1], got -0.2"),
+    ("targets=[1.5]", "targets[0] must be a finite number in (0, 1], got 1.5"),
+    ("targets=[0]", "targets[0] must be a finite number in (0, 1], got 0"),
+    ("targets=[-0.2,0.9]", "targets[0] must be a finite number in (0, 1], got -0.2"),
     ("tracking.objective=rounds_to_0.5", "tracking.objective=rounds_to_0.5 names a target not in targets"),
     # models that do not fit the data, data that is not there
     ("model=cnn dataset=synthetic partition=natural num_clients=30", "model 'cnn' does not fit data set 'synthetic'"),
@@ -79,8 +79,22 @@ CASES: list[tuple[str, str]] = [
     ("engine.threads=-1", "engine.threads must be an integer >= 0, got -1"),
     ("engine.client_state_device=tpu", "engine.client_state_device must be auto (= engine.device), cpu, cuda[:k] or mps"),
     ("rounds=${oops}", "cannot resolve the config: Interpolation key 'oops' not found"),
-    ("tracking.experiment=", "tracking.experiment must name an MLflow experiment, got ''"),
+    ("tracking.experiment=", "tracking.experiment must be the name of an MLflow experiment, got ''"),
     ("hydra.run.dir=", "hydra.run.dir='' would write the run's checkpoint and .hydra/ into the current folder"),
+    # caught by the schema's one checker (issue 17): every key has a type, and a did-you-mean when unknown
+    ("tracking.artifacts=3", "tracking.artifacts must be true or false, got 3"),
+    ("data.download=maybe", "data.download must be true or false, got 'maybe'"),
+    ("tracking.uri=5", "tracking.uri must be a string or null, got 5"),
+    ("algorithm=fedprox algorithm.mu=abc", "algorithm.mu must be a number, got 'abc'"),
+    ("model=mlp_2nn model.hidden=1.5", "model.hidden must be an integer, got 1.5"),
+    ("engine.exector=vmap", "Unknown key engine.exector. Valid: client_chunk, client_state_device, device, dtype, "
+                            "executor, threads. Did you mean 'executor'?"),
+    ("+tracking.objectiv=final_loss", "Unknown key tracking.objectiv. Valid: artifacts"),
+    ("+model.zero_int=true", "Unknown parameter model.zero_int for model 'mclr'. Valid: zero_init. Did you mean 'zero_init'?"),
+    ("model.width=3", "Unknown parameter model.width for model 'mclr'. Valid: zero_init."),
+    ("dataset.test_fraction=0.3", "dataset.test_fraction is not in this config (its group's file does not set it): "
+                                  "add it with +dataset.test_fraction=0.3"),
+    ("+roundz=5", "Unknown top-level key 'roundz'. Available: aggregation, algorithm"),
     # sweeps: a bad value in any job stops the grid before the first job
     ("-m eta_l=0.1,0.05,-1", "eta_l must be a finite number > 0, got -1"),
     ("-m algorithm=fedavg,fedsdg", "Did you mean 'fedsgd'?"),

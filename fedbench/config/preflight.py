@@ -21,10 +21,13 @@ def group_choices(conf_dir: Path, group: str, extra_dirs: tuple[Path, ...] = ())
     return sorted(names)
 
 
-def top_level_keys(conf_dir: Path) -> set[str]:
-    from omegaconf import OmegaConf
+def top_level_keys() -> set[str]:
+    """The keys a command line may set at the top: the schema's, plus the experiment group and hydra."""
+    import dataclasses
 
-    return {k for k in OmegaConf.load(conf_dir / "config.yaml") if k not in ("defaults", "hydra")}
+    from fedbench.config.schema import RunConfig
+
+    return {f.name for f in dataclasses.fields(RunConfig)} | {"experiment", "hydra"}
 
 
 def extra_config_dirs(argv: list[str]) -> tuple[Path, ...]:
@@ -48,11 +51,9 @@ def expand_jobs(overrides: list[str]) -> list[list[str]]:
 
 
 def preflight(conf_dir: Path, argv: list[str]) -> None:
-    """Raise ConfigError for the first bad value of any job; returns quietly otherwise."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-
-    from omegaconf.errors import OmegaConfBaseException
+    """Raise ConfigError for the first bad value of any job; returns quietly otherwise. Each job is
+    composed once (the first with Hydra's settings, for the output folder) and validated once."""
+    from hydra.errors import OverrideParseException
 
     from fedbench.config.validate import validate
 
@@ -60,7 +61,9 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
     check_plugins(overrides)
     extra = extra_config_dirs(argv)
     search = [f"hydra.searchpath=[{','.join(d.as_uri() for d in extra)}]"] if extra else []
-    check_output_dir(conf_dir, overrides, multirun="--multirun" in argv or "-m" in argv)
+    multirun = "--multirun" in argv or "-m" in argv
+    placement = [o for o in overrides if o.startswith(("hydra.run.", "hydra.sweep."))]
+    check_output_value(placement)
     if any("hydra/sweeper=" in a or a.startswith("hydra.sweeper") for a in overrides):
         overrides = [a for a in overrides if not a.startswith("hydra")]  # a search: check the base config
         jobs = [overrides_without_sweeps(overrides)]
@@ -69,50 +72,77 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
             jobs = expand_jobs([a for a in overrides if not a.startswith(("hydra.", "hydra/"))])
         except OverrideParseException as exc:
             raise ConfigError(f"cannot parse the overrides: {exc}") from None
-    top_keys = top_level_keys(conf_dir)
-    for job in jobs[:MAX_JOBS_CHECKED]:
+    keys = top_level_keys()
+    for number, job in enumerate(jobs[:MAX_JOBS_CHECKED]):
         for item in job:
             key, _, value = item.lstrip("+~").partition("=")
             root = key.split(".")[0].split("/")[0]
-            if not item.startswith("+") and root not in top_keys and root not in GROUPS and root != "hydra":
-                raise unknown_choice("top-level key", root, sorted(top_keys | set(GROUPS)))
+            if not item.startswith("+") and root not in keys:
+                raise unknown_choice("top-level key", root, sorted(keys - {"hydra"}))
             if key in GROUPS and (message := renamed_message(key, value)):
                 raise ConfigError(message)
             if key in GROUPS and value not in ("null", ""):
                 choices = group_choices(conf_dir, key, extra)
                 if value not in choices:
                     raise unknown_choice(key, value, choices)
-        try:
-            with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
-                cfg = compose("config", overrides=[*job, *search])
-        except MissingConfigException as exc:
-            raise ConfigError(str(exc).splitlines()[0]) from None
-        except ConfigCompositionException as exc:
-            cause = exc.__cause__ or exc
-            raise ConfigError(f"{str(exc).splitlines()[0]} ({str(cause).splitlines()[0]})") from None
-        try:
-            validate(cfg)
-        except OmegaConfBaseException as exc:  # e.g. rounds=${oops}
-            raise ConfigError(f"cannot resolve the config: {' '.join(str(exc).split())}") from None
+        first = number == 0
+        cfg = compose_job(conf_dir, [*job, *search, *(placement if first else [])], with_hydra=first)
+        if first:
+            check_output_dir(cfg, multirun)
+        validate(cfg)
 
 
-def check_output_dir(conf_dir: Path, overrides: list[str], multirun: bool) -> None:
-    """The run (or sweep) folder must be creatable: Hydra would fail with a traceback."""
-    import os
-
+def compose_job(conf_dir: Path, overrides: list[str], with_hydra: bool = False):
+    """A job's config, with Hydra's composition errors as one ConfigError line."""
     from hydra import compose, initialize_config_dir
+    from hydra.errors import ConfigCompositionException, MissingConfigException
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+            return compose("config", overrides=overrides, return_hydra_config=with_hydra)
+    except MissingConfigException as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    except ConfigCompositionException as exc:
+        cause = exc.__cause__ or exc
+        if "not in struct" in str(cause) and getattr(cause, "full_key", None):
+            not_in_config(conf_dir, overrides, cause.full_key)
+        raise ConfigError(f"{str(exc).splitlines()[0]} ({str(cause).splitlines()[0]})") from None
+    except ValueError as exc:  # e.g. engine=null: a group that cannot be left out
+        raise ConfigError(f"cannot compose the config: {exc}") from None
 
-    placement = [o for o in overrides if o.startswith(("hydra.run.", "hydra.sweep."))]
+
+def not_in_config(conf_dir: Path, overrides: list[str], key: str) -> None:
+    """An override of a key the composed config lacks: added (+key=value), the key is checked like
+    any other (an unknown one gets its did-you-mean); a known one only needs the `+`."""
+    from fedbench.config.validate import validate
+
+    item = next((o for o in overrides if o.split("=", 1)[0] == key), None)
+    if item is None:
+        return
+    try:
+        cfg = compose_job(conf_dir, [f"+{o}" if o is item else o for o in overrides])
+    except ConfigError:
+        return
+    validate(cfg)
+    raise ConfigError(f"{key} is not in this config (its group's file does not set it): add it with +{item}")
+
+
+def check_output_value(placement: list[str]) -> None:
+    """A run (or sweep) folder that is the current folder."""
     for o in placement:
         key, _, value = o.partition("=")
         if key in ("hydra.run.dir", "hydra.sweep.dir") and value.strip() in ("", ".", "./"):
             raise ConfigError(f"{key}={value!r} would write the run's checkpoint and .hydra/ into the current folder; "
                               f"name a folder of its own, e.g. {key}=outputs/my_run")
+
+
+def check_output_dir(cfg, multirun: bool) -> None:
+    """The run (or sweep) folder of a config composed with Hydra's settings must be creatable:
+    Hydra would fail with a traceback."""
+    import os
+
     try:
-        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
-            hydra_cfg = compose("config", overrides=placement, return_hydra_config=True).hydra
-        folder = Path(str(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir))
-    except Exception:  # interpolations of job values: checked again when the job starts
+        folder = Path(str(cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir))
+    except Exception:  # an interpolation that only resolves inside the job: checked when it starts
         return
     existing = folder.absolute()
     while not existing.exists():

@@ -1,25 +1,29 @@
-"""Validation of a composed run config: every bad value stops the run before any work,
-with one message that names the value and the valid choices."""
+"""Validation of a composed run config: every bad value stops the run before any work, with one
+message that names the value and what is valid. The values are checked by config.checker against
+config.schema and the groups' factories; the checks across keys are here, in one place.
+
+A config is validated once: validate() keeps the algorithm it built (its validate() hook derives
+state) for the config it passed, and the build (runs.build, through checked_algorithm) takes it,
+validating only a config that was not checked before in this process, e.g. one a script composed
+without preflight, or a job that a launcher runs in another process."""
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
-import math
+import json
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from fedbench.algorithms import load_all
 from fedbench.algorithms.base import Algorithm
-from fedbench.data import DATASETS, PARTITIONS
-from fedbench.engine.gradients import EXECUTORS
+from fedbench.config.checker import check_group, check_section
+from fedbench.config.schema import GROUPS, PARAMETER_SPECS, RunConfig
 from fedbench.core.errors import ConfigError, check, unknown_choice
+from fedbench.data import DATASETS, PARTITIONS
 from fedbench.models import MODELS
 
-AGGREGATIONS = ("uniform", "num_samples")
-LOSS_SCALES = ("mean", "sum")
-OBJECTIVES = ("final_accuracy", "best_accuracy", "final_loss")
+_CHECKED: dict[str, Algorithm] = {}  # config fingerprint -> the algorithm validate() built, until a build takes it
 
 
 def params_of(group: DictConfig | dict) -> dict[str, Any]:
@@ -29,136 +33,76 @@ def params_of(group: DictConfig | dict) -> dict[str, Any]:
     return d
 
 
-def _check_kwargs(kind: str, name: str, fn, params: dict[str, Any], skip: int) -> None:
-    signature = inspect.signature(fn)
-    accepted = [p for p in list(signature.parameters)[skip:]]
-    if any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values()):
-        return
-    for key in params:
-        if key not in accepted:
-            raise ConfigError(
-                f"Unknown parameter {kind}.{key} for {kind} {name!r}. Valid: {', '.join(accepted) or '(none)'}."
-            )
+def resolved(cfg: DictConfig) -> dict[str, Any]:
+    """The run's config as plain values (Hydra's own settings left out)."""
+    try:
+        return {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+                for k, v in cfg.items() if k != "hydra"}
+    except OmegaConfBaseException as exc:  # e.g. rounds=${oops}
+        raise ConfigError(f"cannot resolve the config: {' '.join(str(exc).split())}") from None
 
 
-def _positive_int(cfg: DictConfig, key: str, minimum: int = 1) -> None:
-    value = OmegaConf.select(cfg, key)
-    check(
-        isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
-        f"{key} must be an integer >= {minimum}, got {value!r}",
-    )
+def fingerprint(cfg: DictConfig) -> str:
+    """The config as written (interpolations unresolved, Hydra's settings left out): equal
+    fingerprints are the same run config."""
+    raw = {k: OmegaConf.to_container(v, resolve=False) if OmegaConf.is_config(v) else v
+           for k, v in cfg.items_ex(resolve=False) if k != "hydra"}
+    return json.dumps(raw, sort_keys=True, default=str)
 
 
-def _positive_float(cfg: DictConfig, key: str) -> None:
-    value = OmegaConf.select(cfg, key)
-    check(
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0,
-        f"{key} must be a finite number > 0, got {value!r}",
-    )
+def validate(cfg: DictConfig) -> None:
+    """Check a composed config; raises ConfigError on the first problem."""
+    _CHECKED[fingerprint(cfg)] = _checked(cfg)
 
 
-MAX_SEED = 2**63 - 1  # the random streams hash the seed as a signed 64-bit integer
-
-
-def _is_device(device: str) -> bool:
-    import re
-
-    return device in ("auto", "cpu", "mps") or re.fullmatch(r"cuda(:\d+)?", device) is not None
-
-
-def build_algorithm(cfg: DictConfig):
-    registry = load_all()
-    name = cfg.algorithm.name
-    cls = registry.get(name)
-    params = params_of(cfg.algorithm)
-    params.pop("imposes", None)  # the run settings the algorithm's config sets (documentation)
-    fields = {f.name for f in dataclasses.fields(cls) if f.init}
-    for key in params:
-        if key not in fields:
-            raise ConfigError(
-                f"Unknown parameter algorithm.{key} for algorithm {name!r}. Valid: {', '.join(sorted(fields)) or '(none)'}."
-            )
-    algorithm = cls(**params)
-    algorithm.validate()
+def _checked(cfg: DictConfig) -> Algorithm:
+    """The checks of validate(); returns the algorithm they built (not yet set up)."""
+    DATASETS.names()  # the data sets register their resolvers on import (eta_l: ${logistic_inv_lmax:...})
+    values = resolved(cfg)
+    for group in GROUPS:
+        check(isinstance(values.get(group), dict) and "name" in values[group],
+              f"config group {group!r} is missing (or has no name)")
+    factories = {"dataset": DATASETS.get, "partition": PARTITIONS.get, "model": MODELS.get, "algorithm": load_all().get}
+    for group, (skip, extra) in GROUPS.items():
+        name = values[group]["name"]
+        params = {k: v for k, v in values[group].items() if k not in extra}
+        check_group(group, name, params, factories[group](name), skip, PARAMETER_SPECS)
+    check_section(values, RunConfig)
+    check_across(values)
+    extra = GROUPS["algorithm"][1]
+    algorithm = load_all().get(values["algorithm"]["name"])(
+        **{k: v for k, v in values["algorithm"].items() if k not in extra})
+    algorithm.validate()  # the algorithm's own ranges and choices
+    algorithm.validate_schedule(values["local_steps"], values["local_epochs"])
     return algorithm
 
 
-def validate(cfg: DictConfig) -> Algorithm:
-    """Check a composed config; raises ConfigError on the first problem. Returns the algorithm
-    it built (not yet set up) so that a run does not build it twice."""
-    for group in ("dataset", "partition", "model", "algorithm", "engine"):
-        check(OmegaConf.select(cfg, group) is not None, f"config group {group!r} is missing")
-    DATASETS.get(cfg.dataset.name)
-    _check_kwargs("dataset", cfg.dataset.name, DATASETS.get(cfg.dataset.name), params_of(cfg.dataset), 0)
-    partition = PARTITIONS.get(cfg.partition.name)
-    _check_kwargs("partition", cfg.partition.name, partition, params_of(cfg.partition), 3)
-    if cfg.partition.name == "dirichlet" or "alpha" in cfg.partition:
-        alpha = cfg.partition.get("alpha", 0.5)
-        check(isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and math.isfinite(alpha) and alpha > 0,
-              f"partition.alpha must be a finite number > 0 (large alpha approaches an IID split; partition=iid is "
-              f"the limit), got {alpha!r}")
-    MODELS.get(cfg.model.name)
-    _check_kwargs("model", cfg.model.name, MODELS.get(cfg.model.name), params_of(cfg.model), 2)
-
-    for key in ("rounds", "num_clients", "clients_per_round"):
-        _positive_int(cfg, key)
-    check(
-        cfg.clients_per_round <= cfg.num_clients,
-        f"clients_per_round={cfg.clients_per_round} exceeds num_clients={cfg.num_clients}",
-    )
-    steps, epochs = cfg.get("local_steps"), cfg.get("local_epochs")
-    imposed = list(OmegaConf.select(cfg, "algorithm.imposes", default=None) or [])
-    hint = (f"; algorithm {cfg.algorithm.name} imposes local_steps={steps}: to run epochs, also set local_steps=null"
-            if "local_steps" in imposed and steps is not None and epochs is not None else "")
-    check(
-        (steps is None) != (epochs is None),
-        f"set exactly one of local_steps and local_epochs (got local_steps={steps}, local_epochs={epochs}){hint}",
-    )
-    _positive_int(cfg, "local_steps" if steps is not None else "local_epochs")
-    _positive_int(cfg, "batch_size", minimum=0)
-    _positive_int(cfg, "eval_every", minimum=0)
-    _positive_int(cfg, "train_loss_every", minimum=0)
-    _positive_int(cfg, "seed", minimum=0)
-    check(cfg.seed <= MAX_SEED, f"seed must be an integer in [0, 2**63 - 1], got {cfg.seed}")
-    for key in ("eta_l", "eta_g", "eta_l_decay"):
-        _positive_float(cfg, key)
-    targets = list(cfg.get("targets") or [])
-    for t in targets:
-        check(isinstance(t, (int, float)) and 0 < t <= 1, f"targets must lie in (0, 1], got {t!r}")
-    objective = str(OmegaConf.select(cfg, "tracking.objective", default="final_accuracy"))
+def check_across(values: dict[str, Any]) -> None:
+    """The checks that involve more than one key, or the machine (a CUDA device)."""
+    check(values["clients_per_round"] <= values["num_clients"],
+          f"clients_per_round={values['clients_per_round']} exceeds num_clients={values['num_clients']}")
+    steps, epochs = values["local_steps"], values["local_epochs"]
+    imposed = list(values["algorithm"].get("imposes") or [])
+    hint = (f"; algorithm {values['algorithm']['name']} imposes local_steps={steps}: to run epochs, also set "
+            "local_steps=null" if "local_steps" in imposed and steps is not None and epochs is not None else "")
+    check((steps is None) != (epochs is None),
+          f"set exactly one of local_steps and local_epochs (got local_steps={steps}, local_epochs={epochs}){hint}")
+    objective, targets = values["tracking"]["objective"], values["targets"]
     if objective.startswith("rounds_to_"):
         check(any(f"rounds_to_{float(t):g}" == objective for t in targets),
               f"tracking.objective={objective} names a target not in targets={targets}")
-    elif objective not in OBJECTIVES:
-        raise unknown_choice("tracking.objective", objective, (*OBJECTIVES, "rounds_to_<t>"))
-    _positive_int(cfg, "tracking.checkpoint_every", minimum=0)
-    experiment = OmegaConf.select(cfg, "tracking.experiment")
-    check(isinstance(experiment, str) and experiment.strip() != "",
-          f"tracking.experiment must name an MLflow experiment, got {experiment!r}")
-    if cfg.aggregation not in AGGREGATIONS:
-        raise unknown_choice("aggregation", cfg.aggregation, AGGREGATIONS)
-    if cfg.loss_scale not in LOSS_SCALES:
-        raise unknown_choice("loss_scale", cfg.loss_scale, LOSS_SCALES)
-
-    engine = cfg.engine
-    if engine.executor not in (*EXECUTORS, "auto"):
-        raise unknown_choice("engine.executor", engine.executor, (*EXECUTORS, "auto"))
-    _positive_int(cfg, "engine.client_chunk", minimum=0)
-    if engine.get("dtype", "float32") not in ("float32", "float64"):
-        raise unknown_choice("engine.dtype", engine.dtype, ("float32", "float64"))
-    device = str(engine.device)
-    check(_is_device(device), f"engine.device must be auto, cpu, cuda[:k] or mps, got {device!r}")
-    state_device = str(engine.get("client_state_device", "auto"))
-    check(_is_device(state_device),
-          f"engine.client_state_device must be auto (= engine.device), cpu, cuda[:k] or mps, got {state_device!r}")
-    _positive_int(cfg, "engine.threads", minimum=0)
+    device = values["engine"]["device"]
     if device.startswith("cuda"):
         import torch
 
         check(torch.cuda.is_available(), f"engine.device={device} but no CUDA device is available; use engine.device=auto")
-    algorithm = build_algorithm(cfg)  # unknown hyperparameters, impossible values
-    algorithm.validate_schedule(cfg.local_steps, cfg.local_epochs)
-    return algorithm
+
+
+def checked_algorithm(cfg: DictConfig) -> Algorithm:
+    """The run's algorithm (not yet set up), validating the config first unless this process
+    already did (preflight)."""
+    algorithm = _CHECKED.pop(fingerprint(cfg), None)  # one atomic pop: jobs may share a process
+    return algorithm if algorithm is not None else _checked(cfg)
 
 
 def written_out(cfg: DictConfig) -> DictConfig:

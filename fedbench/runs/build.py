@@ -10,7 +10,7 @@ import torch
 from omegaconf import DictConfig
 
 from fedbench.core.types import Setting
-from fedbench.config.validate import params_of, validate
+from fedbench.config.validate import checked_algorithm, params_of
 from fedbench.data import DATASETS, fingerprint, make_partition
 from fedbench.engine.gradients import auto_executor, auto_loop_below, eval_batch_size, make_grad_fn
 from fedbench.engine.local import ClientData, objective_gradient
@@ -55,7 +55,7 @@ def client_chunk(requested: int, cohort: int, dim: int, dtype: torch.dtype, devi
 
 
 def build_federation(cfg: DictConfig) -> tuple[Federation, BuildInfo]:
-    algorithm = validate(cfg)  # the algorithm, built and checked with the rest
+    algorithm = checked_algorithm(cfg)  # the config is validated here unless preflight already did
     device = resolve_device(str(cfg.engine.device))
     dataset = DATASETS.get(cfg.dataset.name)(
         root=str(cfg.data.root), download=bool(cfg.data.download), **{

@@ -1,0 +1,184 @@
+"""The one checker of a run config's values: each value against its declared type (an annotation:
+the schema's, or a group factory's signature) and what is valid (schema.Spec); every key against
+the keys declared where it sits, with a did-you-mean. Works on plain resolved containers."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import inspect
+import math
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Union
+
+from fedbench.config.schema import Spec, spec_of
+from fedbench.core.errors import ConfigError, unknown_choice
+
+_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
+          dict: "a mapping"}
+
+
+def _union_args(tp) -> tuple | None:
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        return typing.get_args(tp)
+    return None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _bounds(s: Spec) -> str:
+    if s.bounds:
+        return s.bounds
+    low = f"{'(' if s.gt is not None else '['}{s.gt if s.gt is not None else s.ge:g}" if (s.gt, s.ge) != (None, None) else ""
+    if s.le is not None:
+        return f"in {low or '(-inf'}, {s.le:g}]"
+    return f"> {s.gt:g}" if s.gt is not None else f">= {s.ge:g}" if s.ge is not None else ""
+
+
+def describe(tp, s: Spec) -> str:
+    """What a value of this type and spec is, in words: 'an integer >= 1', 'a finite number > 0'."""
+    arms = _union_args(tp)
+    if arms is not None:
+        inner = [describe(a, s) for a in arms if a is not type(None)]
+        return " or ".join(inner) + (" or null" if type(None) in arms else "")
+    if typing.get_origin(tp) is Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(tp)))
+    if s.valid:
+        return s.valid
+    base = typing.get_origin(tp) or tp
+    if base is list and typing.get_args(tp):
+        return f"a list of {_plural(describe(typing.get_args(tp)[0], s))}"
+    bounds = _bounds(s)
+    if base is float and bounds:
+        return f"a finite number {bounds}"
+    word = _WORDS.get(base, getattr(base, "__name__", str(base)))
+    return f"{word} {bounds}".strip() if base in (int, float) else word
+
+
+def _plural(text: str) -> str:
+    return text.replace("an integer", "integers", 1).replace("a finite number", "finite numbers", 1) \
+        .replace("a number", "numbers", 1).replace("a string", "strings", 1)
+
+
+def _fits(value: Any, tp, s: Spec) -> bool:
+    """Whether `value` has type `tp` and satisfies `s` (list elements: each one)."""
+    arms = _union_args(tp)
+    if arms is not None:
+        return any(_fits(value, a, s) for a in arms)
+    if tp is type(None):
+        return value is None
+    if typing.get_origin(tp) is Literal:
+        return value in typing.get_args(tp)
+    base = typing.get_origin(tp) or tp
+    if base is bool:
+        return isinstance(value, bool)
+    if base is int:
+        return isinstance(value, int) and not isinstance(value, bool) and _in_range(value, s)
+    if base is float:
+        return _is_number(value) and (not _ranged(s) or (math.isfinite(value) and _in_range(value, s)))
+    if base is str:
+        return isinstance(value, str) and (not s.nonempty or value.strip() != "") and (
+            s.pattern is None or re.fullmatch(s.pattern, value) is not None)
+    if base is list:
+        (item,) = typing.get_args(tp) or (Any,)
+        return isinstance(value, list) and all(_fits(v, item, s) for v in value)
+    if base is dict:
+        return isinstance(value, dict)
+    return True  # a type a config cannot hold (an array the engine passes): nothing to check
+
+
+def _ranged(s: Spec) -> bool:
+    return (s.ge, s.gt, s.le) != (None, None, None)
+
+
+def _in_range(value: float, s: Spec) -> bool:
+    return ((s.ge is None or value >= s.ge) and (s.gt is None or value > s.gt)
+            and (s.le is None or value <= s.le))
+
+
+def check_value(key: str, value: Any, tp, s: Spec) -> None:
+    """Raise one ConfigError naming the key, the value and what is valid, unless the value fits."""
+    if tp is Any or tp is inspect.Parameter.empty or _fits(value, tp, s):
+        return
+    if typing.get_origin(tp) is Literal:
+        raise unknown_choice(key, value, map(str, typing.get_args(tp)))
+    if s.choices and isinstance(value, str):
+        raise unknown_choice(key, value, s.choices)
+    base = typing.get_origin(tp) or tp
+    if base is list and isinstance(value, list):  # name the first bad element
+        (item,) = typing.get_args(tp) or (Any,)
+        for i, v in enumerate(value):
+            check_value(f"{key}[{i}]", v, item, s)
+    hint = f" ({s.hint})" if s.hint else ""
+    raise ConfigError(f"{key} must be {describe(tp, s)}{hint}, got {value!r}")
+
+
+def unknown_key(where: str, key: str, valid: list[str]) -> ConfigError:
+    """An unknown key of a section, naming the valid keys and the closest one."""
+    message = f"Unknown key {where}.{key}. Valid: {', '.join(sorted(valid)) or '(none)'}."
+    return ConfigError(message + _did_you_mean(key, valid))
+
+
+def _did_you_mean(key: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(key, valid, n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def check_section(values: Mapping[str, Any], schema: type, where: str = "") -> None:
+    """Check a schema section (RunConfig, Engine, ...) and its sub-sections: unknown keys, missing
+    keys, then every value in the schema's order. Group entries are left to check_group."""
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    hints = typing.get_type_hints(schema)
+    for key in values:
+        if key not in fields:
+            if not where:
+                raise unknown_choice("top-level key", key, fields)
+            raise unknown_key(where, key, list(fields))
+    for name, f in fields.items():
+        full = f"{where}.{name}" if where else name
+        if name not in values:
+            raise ConfigError(f"the config has no {full} ({spec_of(f).doc}); it is set in "
+                              f"{'config.yaml' if not where else f'conf/{where}/'}")
+        tp = hints[name]
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(values[name], dict):
+                raise ConfigError(f"{full} must be a mapping of {', '.join(x.name for x in dataclasses.fields(tp))}, "
+                                  f"got {values[name]!r}")
+            check_section(values[name], tp, full)
+        elif tp is not dict:
+            check_value(full, values[name], tp, spec_of(f))
+
+
+@functools.cache
+def parameters(factory: Callable, skip: int) -> tuple[list[str] | None, dict[str, Any]]:
+    """A factory's settable parameters (None: it takes any keyword) and their annotations.
+    For an algorithm class these are its dataclass fields (the __init__ signature)."""
+    signature = inspect.signature(factory)
+    if any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values()):
+        return None, {}
+    accepted = list(signature.parameters)[skip:]
+    try:
+        hints = typing.get_type_hints(factory)
+    except Exception:  # an annotation that does not evaluate here: check the names alone
+        hints = {}
+    return accepted, {k: hints.get(k, inspect.Parameter.empty) for k in accepted}
+
+
+def check_group(kind: str, name: str, params: Mapping[str, Any], factory: Callable, skip: int,
+                specs: Mapping[str, Spec]) -> None:
+    """A group's parameters against its factory: known names, values of the annotated types,
+    and the ranges of `specs` (keyed '<kind>.<parameter>')."""
+    accepted, hints = parameters(factory, skip)
+    if accepted is None:
+        return
+    for key, value in params.items():
+        if key not in accepted:
+            raise ConfigError(f"Unknown parameter {kind}.{key} for {kind} {name!r}. "
+                              f"Valid: {', '.join(accepted) or '(none)'}.{_did_you_mean(key, accepted)}")
+        check_value(f"{kind}.{key}", value, hints[key], specs.get(f"{kind}.{key}", Spec()))
