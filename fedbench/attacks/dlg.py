@@ -10,35 +10,32 @@ e_k = ||A_hat - A_1||_F is recorded at every attack iteration.
 from __future__ import annotations
 
 from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
-from fedbench.core.types import Cohort, State
-from fedbench.algorithms.base import Algorithm
 from fedbench.engine.gradients import per_sample_loss
-from fedbench.engine.local import LocalWork
-from fedbench.engine.loop import Federation, RunState, initial_state, run
+from fedbench.engine.loop import ClientRound, Federation, RunState, client_round, initial_state, run
 
-# What the server sees from the attacked client, as a gradient target (losac.md §5 table).
-Observation = Callable[[Algorithm, State, State, LocalWork], Tensor]
+# What the server sees from the attacked client (at position `i` of the round's cohort), as a
+# gradient target (losac.md §5 table).
+Observation = Callable[[ClientRound, int], Tensor]
 
 
-def observed_gradient(algo: Algorithm, down: State, client: State, work: LocalWork) -> Tensor:
+def observed_gradient(received: ClientRound, i: int) -> Tensor:
     """DSGD, FedSGD: the upload holds the client's gradient at x itself (exact)."""
-    up, _ = algo.client_update(down, client, work)
-    return up["grad"][0]
+    return received.up["grad"][i]
 
 
-def observed_first_upload(algo: Algorithm, down: State, client: State, work: LocalWork) -> Tensor:
+def observed_first_upload(received: ClientRound, i: int) -> Tensor:
     """MimeSVRG: sub-step 1 uploads the full local gradient grad f_1(x; D_1) (exact)."""
-    return algo.prepare(down, client, work)["grad"][0]
+    return received.prepared["grad"][i]
 
 
-def observed_model_change(algo: Algorithm, down: State, client: State, work: LocalWork) -> Tensor:
+def observed_model_change(received: ClientRound, i: int) -> Tensor:
     """FedAvg, SCAFFOLD, LoSAC, ...: G = (x - x_1^+) / (eta T), the mean local search direction."""
-    up, _ = algo.client_update(down, client, work)
-    key = next(k for k in ("delta", "dy", "dx") if k in up)  # the model change, as each algorithm names it
-    return -up[key][0] / (work.lr * float(work.steps[0]))
+    key = next(k for k in ("delta", "dy", "dx") if k in received.up)  # the model change, as each algorithm names it
+    return -received.up[key][i] / (received.lr * float(received.steps[i]))
 
 
 OBSERVATIONS: dict[str, Observation] = {
@@ -52,27 +49,18 @@ def observation_for(algorithm: str) -> Observation:
     return OBSERVATIONS.get(algorithm, observed_model_change)
 
 
-def observe(fed: Federation, attack_round: int, client: int = 0) -> tuple[Tensor, Tensor, LocalWork]:
-    """Train rounds 1..r-1, then run round r's local work of `client` alone; returns (x^r, G, work)."""
+def observe(fed: Federation, attack_round: int, client: int = 0) -> tuple[Tensor, Tensor]:
+    """Train rounds 1..r-1, then run round r's client half (engine.loop.client_round) with `client`
+    as the cohort, so that it is observed whether or not round r would sample it (a two-phase
+    round's second broadcast then sees its first upload alone); returns (x^r, G)."""
     rounds, fed.rounds = fed.rounds, attack_round - 1
     try:
         state: RunState = run(fed, initial_state(fed))
     finally:
         fed.rounds = rounds
-    algo = fed.algorithm
-    down = algo.broadcast(state.server, state.round)
-    ids = torch.tensor([client], device=fed.device)
-    lr = fed.algorithm.setting.local_lr(state.round)
-    epochs = None if fed.local_epochs is None else torch.full((1,), fed.local_epochs, device=fed.device)
-    work = LocalWork(fed.clients, ids, state.round, lr, fed.batch_size, epochs, fed.local_steps)
-    client_state = {name: t.gather([client], fed.device) for name, t in state.tables.items()}
-    if algo.two_phase:  # the second broadcast needs the cohort's first uploads: the attacked client's alone here
-        prepared = algo.prepare(down, client_state, work)
-        if algo.name not in OBSERVATIONS:
-            cohort = Cohort(state.round, ids, fed.clients.size[ids], torch.ones(1, dtype=torch.float64, device=fed.device))
-            down = algo.rebroadcast(state.server, down, prepared, cohort)
-    target = observation_for(algo.name)(algo, down, client_state, work)
-    return algo.model(state.server), target, work
+    received = client_round(fed, state, ids=[client])
+    target = observation_for(fed.algorithm.name)(received, 0)
+    return fed.algorithm.model(state.server), target
 
 
 def dlg_attack(

@@ -16,7 +16,7 @@ def recorded_attack(cfg: DictConfig, attack_round: int, iterations: int = 100, l
     fed, info = build_federation(cfg)
     recorder = Recorder(cfg)
     recorder.check_reachable()
-    x, target, _ = observe(fed, attack_round)
+    x, target = observe(fed, attack_round)
     errors = dlg_attack(fed, x, target, iterations=iterations, lr=lr, optimizer=optimizer, init=init, seed=cfg.seed)
     recorder.start({"attack": "dlg", "algorithm": str(cfg.algorithm.name), "attack_round": str(attack_round),
                     "partition_fingerprint": info.partition_fingerprint})

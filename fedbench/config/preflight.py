@@ -9,7 +9,7 @@ from pathlib import Path
 from fedbench.config.renames import renamed_message
 from fedbench.core.errors import ConfigError, unknown_choice
 
-GROUPS = ("dataset", "partition", "model", "algorithm", "engine", "tracking", "experiment")
+GROUPS = ("dataset", "partition", "model", "algorithm", "engine", "tracking", "experiment", "scale")
 MAX_JOBS_CHECKED = 2000
 
 

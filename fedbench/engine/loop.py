@@ -123,10 +123,26 @@ def local_work(fed: Federation, ids: Tensor, round_: int, lr: float) -> LocalWor
     return LocalWork(fed.clients, ids, round_, lr, fed.batch_size, epochs, fed.local_steps)
 
 
-def run_round(fed: Federation, state: RunState) -> tuple[float, float]:
-    """One communication round in place on `state`; returns (floats down, floats up)."""
+@dataclass
+class ClientRound:
+    """What the server receives in one round: the cohort, the broadcast the clients trained from,
+    and their uploads in cohort order (two-phase rounds: the first uploads too)."""
+
+    cohort: Cohort
+    down: State  # after the second broadcast of a two-phase round
+    prepared: State | None  # two-phase rounds' first uploads; None otherwise
+    up: State
+    lr: float  # the round's local step size
+    steps: list[int]  # local steps per client, in cohort order
+
+
+def client_round(fed: Federation, state: RunState, ids: list[int] | None = None) -> ClientRound:
+    """The client half of round state.round: sample the cohort (or take `ids`), broadcast, train it in
+    chunks of similar work, and collect the uploads in cohort order; the clients' own state is
+    updated in place on `state`. The server state is left to the caller (run_round aggregates)."""
     algo, r = fed.algorithm, state.round
-    ids = sample_cohort(fed.seed, r, fed.clients.num_clients, fed.clients_per_round).tolist()
+    if ids is None:
+        ids = sample_cohort(fed.seed, r, fed.clients.num_clients, fed.clients_per_round).tolist()
     ids_t = torch.tensor(ids, device=fed.device)
     sizes = fed.clients.size[ids_t]
     weights = sizes.double() / sizes.sum() if fed.aggregation == "num_samples" else torch.full((len(ids),), 1.0 / len(ids), dtype=torch.float64, device=fed.device)
@@ -150,21 +166,28 @@ def run_round(fed: Federation, state: RunState) -> tuple[float, float]:
         up = _concat(uploads)
         return up if restore is None else {k: v[restore] for k, v in up.items()}
 
-    floats_up = 0
+    prepared = None
     if algo.two_phase:  # Mime, FedDANE: the clients' first uploads shape a second broadcast
         prepared = in_cohort_order([algo.prepare(down, client_state(chunk), work) for chunk, work in chunks])
         down = algo.rebroadcast(state.server, down, prepared, cohort)
-        floats_up += _numel(prepared, algo.metadata_keys)
     uploads: list[State] = []
     for chunk, work in chunks:
         up, new_client = algo.client_update(down, client_state(chunk), work)
         for name, values in new_client.items():
             state.tables[name].scatter(chunk, values)
         uploads.append(up)
-    up = in_cohort_order(uploads)
-    state.server = algo.aggregate(state.server, up, cohort)
-    floats_down = len(ids) * _numel(down, algo.metadata_keys)
-    floats_up += _numel(up, algo.metadata_keys)
+    return ClientRound(cohort, down, prepared, in_cohort_order(uploads), lr, steps)
+
+
+def run_round(fed: Federation, state: RunState) -> tuple[float, float]:
+    """One communication round in place on `state`; returns (floats down, floats up)."""
+    algo = fed.algorithm
+    received = client_round(fed, state)
+    state.server = algo.aggregate(state.server, received.up, received.cohort)
+    floats_down = len(received.steps) * _numel(received.down, algo.metadata_keys)
+    floats_up = _numel(received.up, algo.metadata_keys)
+    if received.prepared is not None:
+        floats_up += _numel(received.prepared, algo.metadata_keys)
     return floats_down, floats_up
 
 

@@ -54,7 +54,7 @@ register(Reproduction(
     metrics=(ERR, rounds_to(1e-4, "stationarity", mode="min")),
     scales={
         "full": Scale(fig2_arms((1, 5)), (0, 1, 2, 3, 4), "cpu", "8 arms x 5 seeds x 2000 rounds: ~5 min on 2 CPU cores"),
-        "ci": Scale(fig2_arms((1, 5)), (1,), "cpu", "~3 min on 2 CPU cores", overrides=("rounds=600",),
+        "ci": Scale(fig2_arms((1, 5)), (1,), "cpu", "~3 min on 2 CPU cores", config="composite/fig2/ci",
                     note="seed 1, 600 rounds: fedcomp at tau = 5 is still on its linear descent (thresholds: e_R <= 1e-3, "
                          "FedDA >= 10x, Fast-FedDA >= 2x instead of 1e-8, 50x, 5x)"),
     },
@@ -85,7 +85,7 @@ register(Reproduction(
     metrics=(TAIL, ERR),
     scales={
         "full": Scale(fig3_arms((1, 20)), (0, 1, 2, 3, 4), "cpu", "6 arms x 5 seeds x 2000 rounds: ~5 min on 2 CPU cores"),
-        "ci": Scale(fig3_arms((1, 20)), (1,), "cpu", "~3 min on 2 CPU cores", overrides=("rounds=600",),
+        "ci": Scale(fig3_arms((1, 20)), (1,), "cpu", "~3 min on 2 CPU cores", config="composite/fig3/ci",
                     note="seed 1, 600 rounds"),
     },
     check=check_fig3, plot=("stationarity",), plot_log=("stationarity",),

@@ -21,7 +21,7 @@ SCALES = ("ci", "full")
 @dataclass(frozen=True)
 class Arm:
     """One curve of the paper: a row label (`method`), a column/panel label (`group`) and the overrides
-    that turn the preset into it. Each arm runs as one Hydra multirun over the scale's seeds."""
+    that turn the preset and the scale's settings into it; it runs once per seed of the scale."""
 
     method: str
     group: str
@@ -69,14 +69,16 @@ def rounds_to(name_target: float, source: str = "test_accuracy", **kw) -> Metric
 
 @dataclass(frozen=True)
 class Scale:
-    """The grid of one scale: its arms, seeds, the overrides common to all arms, and what it needs."""
+    """The grid of one scale: its arms, seeds, what it needs, and the settings all its arms share, in
+    the config file conf/scale/<config>.yaml (selected as `scale=<config>`, after the preset), so that
+    one arm runs by hand as `fedbench run experiment=<preset> scale=<config> <the arm's overrides>`."""
 
     arms: tuple[Arm, ...]
     seeds: tuple[int, ...]
     device: str  # "cpu" or "gpu"
     compute: str  # an estimate, e.g. "3 min on 2 CPU cores"
     data: tuple[str, ...] = ()  # data sets read from disk (synthetic/bundled ones are not listed)
-    overrides: tuple[str, ...] = ()
+    config: str = ""  # <paper>/<table>/<scale> when the scale has shared settings
     note: str = ""  # how this scale differs from the paper
 
 

@@ -84,8 +84,7 @@ register(Reproduction(
                       "40 arms x 5 seeds x 100 rounds (FedSGD to 1000): ~1.1 PFLOP per seed for the cheapest column; GPU-days",
                       ("mnist", "fmnist", "cifar10")),
         "ci": Scale(table3_ci_arms(), (0,), "cpu", "~2 min on 2 CPU cores", ("fmnist",),
-                    overrides=("dataset=fmnist_fedadmm", "partition=iid", "num_clients=1000", "clients_per_round=20",
-                               "local_epochs=20", "batch_size=0", "model=fc_fedadmm", "++model.hidden=64", "rounds=30"),
+                    config="fedadmm/table3/ci",
                     note="the FMNIST (1,000) IID column: 60 images per client, E = 20 full-batch epochs (U{1..20} for "
                          "FedADMM/FedProx), but 20 clients per round instead of 100, CNN 1's fully connected module with 64 "
                          "hidden units on raw pixels (softmax output kept, A3) instead of CNN 1, lr 0.1 and 0.5 of the "
@@ -102,7 +101,7 @@ register(Reproduction(
                                                                       "batch_size=200" if ds == "MNIST" else "batch_size=50"))
                                 for ds in ("MNIST", "CIFAR-10") for split in ("IID", "non-IID") for e in (1, 5, 10)),
                           (0, 1, 2, 3, 4), "gpu", "12 arms x 5 seeds x <= 100 rounds: ~6 GPU-hours (MNIST IID row: ~15 min CPU)",
-                          ("mnist", "cifar10"), overrides=("algorithm=fedadmm", "num_clients=100", "clients_per_round=10"))},
+                          ("mnist", "cifar10"), config="fedadmm/table4/full")},
     check=lambda table, scale: [
         rounds_decrease(f"{ds} {split}: rounds decrease with E",
                         [(f"E={e}", value(table, "FedADMM", f"{ds} E={e} {split}", metric_of(ds))) for e in (1, 5, 10)])
@@ -119,7 +118,7 @@ register(Reproduction(
                                 for ds in ("MNIST", "FMNIST") for m in (200, 500) for split in ("IID", "non-IID")
                                 for name, o in PROX.items()),
                           (0, 1, 2), "gpu", "32 arms x 3 seeds x 100 rounds: ~10 GPU-hours", ("mnist", "fmnist"),
-                          overrides=("local_epochs=10", "batch_size=50"))},
+                          config="fedadmm/table5/full")},
     check=lambda table, scale: [
         first_to_target(f"{g}: FedADMM beats every FedProx rho", ("FedADMM (0.01)", value(table, "FedADMM (0.01)", g, metric_of(g))),
                         {f"FedProx ({mu:g})": value(table, f"FedProx ({mu:g})", g, metric_of(g)) for mu in (0.01, 0.1, 1)},
@@ -134,8 +133,7 @@ register(Reproduction(
     scales={"full": Scale(tuple(Arm(name, ds, (*DATA[ds], *o)) for ds in ("FMNIST", "CIFAR-10") for name, o in METHODS.items()
                                 if name != "FedSGD"),
                           (0, 1, 2), "gpu", "8 arms x 3 seeds x 100 rounds: ~4 GPU-hours", ("fmnist", "cifar10"),
-                          overrides=("partition=imbalanced_shards", "num_clients=200", "clients_per_round=20",
-                                     "local_epochs=10", "batch_size=50", "rounds=100"))},
+                          config="fedadmm/fig10/full")},
     check=lambda table, scale: [
         best(f"{g}: FedADMM ends above every baseline", ("FedADMM", value(table, "FedADMM", g, "final_acc")),
              {b: value(table, b, g, "final_acc") for b in BASELINES}, strict=True)
@@ -145,32 +143,27 @@ register(Reproduction(
 ))
 
 FIG_METHODS = {k: v for k, v in METHODS.items() if k != "FedSGD"}
-for num, title, claim, groups, extra in (
+for num, title, claim, groups in (
     ("fig3", "Fig. 3: accuracy against rounds as the client population grows (one split per data set)",
      "FedADMM's advantage over the baselines grows with the number of clients",
-     {f"{ds} m={m}": (*DATA[ds], f"num_clients={m}", f"clients_per_round={m // 10}") for ds in ("FMNIST", "CIFAR-10") for m in (100, 200, 500, 1000)},
-     ("partition=iid",)),
+     {f"{ds} m={m}": (*DATA[ds], f"num_clients={m}", f"clients_per_round={m // 10}") for ds in ("FMNIST", "CIFAR-10") for m in (100, 200, 500, 1000)}),
     ("fig4", "Fig. 4: rounds to target against the client population (the other split)",
      "FedADMM's reduction over the best baseline grows with the number of clients",
-     {f"{ds} m={m}": (*DATA[ds], f"num_clients={m}", f"clients_per_round={m // 10}") for ds in ("FMNIST", "CIFAR-10") for m in (100, 200, 500, 1000)},
-     ("partition=shards",)),
+     {f"{ds} m={m}": (*DATA[ds], f"num_clients={m}", f"clients_per_round={m // 10}") for ds in ("FMNIST", "CIFAR-10") for m in (100, 200, 500, 1000)}),
     ("fig5", "Fig. 5: adaptability to heterogeneous data, m = 200, E = 10, B = 50",
      "FedADMM (untuned) outperforms all tuned baselines in every scenario",
-     {f"{ds} {split}": (*DATA[ds], *SPLIT[split]) for ds in ("FMNIST", "CIFAR-10") for split in ("IID", "non-IID")},
-     ("num_clients=200", "clients_per_round=20", "local_epochs=10", "batch_size=50")),
+     {f"{ds} {split}": (*DATA[ds], *SPLIT[split]) for ds in ("FMNIST", "CIFAR-10") for split in ("IID", "non-IID")}),
 ):
     register(Reproduction(
         name=f"fedadmm/{num}", paper=PAPER, title=title, claim=claim, metrics=(*TARGETS, Metric("final_acc", "at", scale=100)),
         scales={"full": Scale(tuple(Arm(n, g, (*go, *o)) for g, go in groups.items() for n, o in FIG_METHODS.items()), (0, 1, 2), "gpu",
-                              f"{4 * len(groups)} arms x 3 seeds x 100 rounds: GPU-hours", ("fmnist", "cifar10"), overrides=extra)},
+                              f"{4 * len(groups)} arms x 3 seeds x 100 rounds: GPU-hours", ("fmnist", "cifar10"), config=f"fedadmm/{num}/full")},
         check=lambda table, scale: [
             first_to_target(f"{g}: FedADMM reaches the target first", ("FedADMM", value(table, "FedADMM", g, metric_of(g))),
                             {b: value(table, b, g, metric_of(g)) for b in BASELINES}) for g in dict.fromkeys(table["group"])],
     ))
 
 LAST20 = Metric("acc_last20", "mean_last", last=20, scale=100)  # the non-IID curves oscillate by several points a round
-FIG6_COMMON = ("algorithm=fedadmm", "dataset=fmnist_fedadmm", "num_clients=100", "clients_per_round=10", "local_epochs=10",
-               "batch_size=50", "algorithm.eta_schedule=[60,0.5]")
 BEFORE_SWITCH = Metric("acc_r41_60", "mean_last", last=20, at=60, scale=100)  # eta decreases from round 61 (1-based)
 
 
@@ -195,9 +188,9 @@ register(Reproduction(
     claim="IID: all eta similar; non-IID: eta = 1.5 stalls while eta = 1 is consistent; decreasing eta at round 60 raises the accuracy",
     metrics=(BEFORE_SWITCH, LAST20, Metric("final_acc", "at", scale=100)),
     scales={"full": Scale(fig6_arms(("IID", "non-IID"), (0.5, 1.0, 1.5)), (0, 1, 2), "gpu", "6 arms x 3 seeds x 100 rounds: ~2 GPU-hours",
-                          ("fmnist",), overrides=FIG6_COMMON),
+                          ("fmnist",), config="fedadmm/fig6/full"),
             "ci": Scale(fig6_arms(("non-IID",), (1.0, 1.5)), (0,), "cpu", "~1 min on 2 CPU cores", ("fmnist",),
-                        overrides=(*FIG6_COMMON, "model=fc_fedadmm", "++model.hidden=64", "local_epochs=5"),
+                        config="fedadmm/fig6/ci",
                         note="the non-IID panel's eta = 1 and 1.5 curves in the preset's setting (100 clients, 2 label "
                              "shards each, 10 per round, B = 50, 100 rounds) with E = 5 instead of 10 and CNN 1's fully "
                              "connected module (64 hidden units, softmax output) instead of CNN 1")},
@@ -213,7 +206,7 @@ register(Reproduction(
     scales={"full": Scale(tuple(Arm(f"E={e}", f"{ds} {split}", (*DATA[ds], *SPLIT[split], f"local_epochs={e}"))
                                 for ds in ("MNIST", "CIFAR-10") for split in ("IID", "non-IID") for e in (1, 5, 10)),
                           (0, 1, 2), "gpu", "12 arms x 3 seeds x 100 rounds: ~6 GPU-hours", ("mnist", "cifar10"),
-                          overrides=("algorithm=fedadmm", "num_clients=100", "clients_per_round=10", "batch_size=50"))},
+                          config="fedadmm/fig7/full")},
     check=lambda table, scale: [first_to_target(f"{g}: E = 10 reaches the target no later than E = 1",
                                                 ("E=10", value(table, "E=10", g, metric_of(g))),
                                                 {"E=1": value(table, "E=1", g, metric_of(g))})
@@ -227,8 +220,7 @@ register(Reproduction(
     scales={"full": Scale(tuple(Arm(f"Init {i}", f"eta={eta:g}", (f"algorithm.local_init={init}", f"eta_g={eta}"))
                                 for eta in (0.5, 1.0, 1.5) for i, init in (("I", "local"), ("II", "global"))),
                           (0, 1, 2), "gpu", "6 arms x 3 seeds x 100 rounds: ~2 GPU-hours", ("fmnist",),
-                          overrides=("algorithm=fedadmm", "dataset=fmnist_fedadmm", "num_clients=100", "clients_per_round=10",
-                                     "local_epochs=10", "batch_size=50"))},
+                          config="fedadmm/fig8/full")},
     check=lambda table, scale: [best(f"{g}: Init I ends above Init II", ("Init I", value(table, "Init I", g, "final_acc")),
                                      {"Init II": value(table, "Init II", g, "final_acc")}, strict=True)
                                 for g in dict.fromkeys(table["group"])],
@@ -242,10 +234,9 @@ register(Reproduction(
     claim="raising rho late in training improves accuracy",
     metrics=(LAST20, Metric("final_acc", "at", scale=100)),
     scales={"full": Scale(FIG9_ARMS, (0, 1, 2), "gpu", "2 arms x 3 seeds x 100 rounds: ~1 GPU-hour", ("fmnist",),
-                          overrides=("algorithm=fedadmm", "algorithm.rho=0.01", "dataset=fmnist_fedadmm", "partition=shards")),
+                          config="fedadmm/fig9/full"),
             "ci": Scale(FIG9_ARMS, (0,), "cpu", "~1 min on 2 CPU cores", ("fmnist",),
-                        overrides=("algorithm=fedadmm", "algorithm.rho=0.01", "dataset=fmnist_fedadmm", "partition=shards",
-                                   "model=fc_fedadmm", "++model.hidden=64", "local_epochs=5"),
+                        config="fedadmm/fig9/ci",
                         note="the preset's setting (100 clients, 2 label shards each, 10 per round, B = 50, 100 rounds) "
                              "with E = 5 instead of 10 and CNN 1's fully connected module (64 hidden units, softmax "
                              "output) instead of CNN 1")},

@@ -52,9 +52,6 @@ def ranking_claims(table, scale: str) -> list[Claim]:
                  {m: value(table, m, g, "final_acc") for m in dict.fromkeys(table["method"]) if m != "FedSpeed"}) for g in groups]
 
 
-PROXY = ("dataset=make_classification", "dataset.seed=${seed}", "partition=dirichlet_balanced", "partition.alpha=0.6",
-         "model=mlp_2nn", "++model.hidden=64", "num_clients=100", "clients_per_round=10", "batch_size=20", "local_epochs=5",
-         "eta_l=0.1", "eval_every=5")
 register(Reproduction(
     name="fedspeed/table4_2", paper=PAPER, title="Table 4.2 (and Fig. 4.2 b-d): test accuracy, 500 clients, 2% participation",
     claim="FedSpeed has the best accuracy on every data set and split (CIFAR-10 85.80 / 84.79)",
@@ -62,9 +59,9 @@ register(Reproduction(
     scales={
         "full": Scale(arms(METHODS, {f"{ds} {sp}": (*DATA[ds], *SPLIT[sp]) for ds in DATA for sp in SPLIT}), (0, 1, 2), "gpu",
                       "48 arms x 3 seeds x 1500-3000 rounds of ResNet-18-GN: ~1,000 GPU-hours", ("cifar10", "cifar100", "tinyimagenet"),
-                      overrides=P500),
+                      config="fedspeed/table4_2/full"),
         "ci": Scale(arms({m: METHODS[m] for m in ("FedAvg", "FedProx", "SCAFFOLD", "FedDyn", "FedSpeed")}, {"proxy DIR": ()}),
-                    (0, 1), "cpu", "~6 min on 2 CPU cores", overrides=(*PROXY, "rounds=150"),
+                    (0, 1), "cpu", "~6 min on 2 CPU cores", config="fedspeed/table4_2/ci",
                     note="fedspeed.md §7.3 proxy: make_classification 10,000 samples, Dir-0.6 over 100 clients, 10% per round, "
                          "MLP 40-64-64-10, B = 20, E = 5, 150 rounds, 2 seeds (checks P1 and P3)"),
     },
@@ -96,7 +93,7 @@ register(Reproduction(
     claim="FedSpeed costs ~1.57x FedAvg per round but has the lowest total time to 85% after FedSpeed-Ing",
     metrics=(Metric("s/round", "per_round", "wall_time"), rounds_to(0.85)), reference="FedSpeed",
     scales={"full": Scale(arms(T43, {"CIFAR-10 IID": (*DATA["CIFAR-10"], *SPLIT["IID"])}), (0,), "gpu",
-                          "8 arms x 1500 rounds of ResNet-18-GN: ~45 GPU-hours (A100 in the paper)", ("cifar10",), overrides=P100)},
+                          "8 arms x 1500 rounds of ResNet-18-GN: ~45 GPU-hours (A100 in the paper)", ("cifar10",), config="fedspeed/table4_3/full")},
     check=lambda table, scale: [ratio_claim("FedSpeed's time per round is 1.3-2.2x FedAvg's",
                                             value(table, "FedSpeed", "CIFAR-10 IID", "s/round"),
                                             value(table, "FedAvg", "CIFAR-10 IID", "s/round"), lambda r: 1.3 <= r <= 2.2,
@@ -115,7 +112,7 @@ register(Reproduction(
     metrics=(ACC,),
     scales={"full": Scale(arms({m: METHODS[m] for m in ("FedAvg", "FedAdam", "SCAFFOLD", "FedCM", "FedDyn", "FedSpeed")},
                                {"IID": ("partition=iid",), "Dir-0.6": SPLIT["DIR"], "Dir-0.3": ("partition=dirichlet_balanced", "partition.alpha=0.3")}),
-                          (0, 1, 2), "gpu", "18 arms x 3 seeds x 1500 rounds: ~350 GPU-hours", ("cifar10",), overrides=(*DATA["CIFAR-10"], *P500))},
+                          (0, 1, 2), "gpu", "18 arms x 3 seeds x 1500 rounds: ~350 GPU-hours", ("cifar10",), config="fedspeed/table4_5/full")},
     check=lambda table, scale: [best("FedSpeed has the smallest Dir-0.6 -> Dir-0.3 drop", *split_drops(table), higher=False, strict=True)],
 ))
 
@@ -125,28 +122,27 @@ ABLATION = {"FedAvg-like (none)": ("algorithm=fedavg",),
             "prox + correction": (FS, "algorithm.use_perturbation=false"),
             "prox + perturbation": (FS, "algorithm.use_correction=false"),
             "FedSpeed (all three)": (FS,)}
-C100 = (*DATA["CIFAR-10"], "partition=iid", *P100, "rounds=500")
 register(Reproduction(
     name="fedspeed/table4_6", paper=PAPER, title="Table 4.6: module ablation (prox-term, prox-correction, gradient perturbation)",
     claim="accuracy grows with each module: correction +1.70, perturbation +1.64, both +3.46 over prox alone",
     metrics=(ACC,),
     scales={"full": Scale(tuple(Arm(m, "CIFAR-10 500 rounds", o) for m, o in ABLATION.items()), (0, 1, 2), "gpu",
-                          "5 arms x 3 seeds x 500 rounds: ~35 GPU-hours", ("cifar10",), overrides=C100)},
+                          "5 arms x 3 seeds x 500 rounds: ~35 GPU-hours", ("cifar10",), config="fedspeed/table4_6/full")},
     check=lambda table, scale: [best("all three modules beat every subset",
                                      ("FedSpeed (all three)", value(table, "FedSpeed (all three)", "CIFAR-10 500 rounds", "final_acc")),
                                      {m: value(table, m, "CIFAR-10 500 rounds", "final_acc") for m in ABLATION if m != "FedSpeed (all three)"})],
 ))
 
-for name, key, grid_values, fixed, claim in (
-    ("table4_7", "rho0", (0, 0.01, 0.05, 0.1, 0.2), "algorithm.alpha=1.0", "an inverted U in rho_0 with the peak at 0.1; rho_0 = 0 is lowest"),
-    ("table4_8", "alpha", (0, 0.5, 0.75, 0.875, 0.9375, 1.0), "algorithm.rho0=0.1", "FedSpeed converges for every alpha in [0, 1] and accuracy grows with alpha"),
+for name, key, grid_values, claim in (
+    ("table4_7", "rho0", (0, 0.01, 0.05, 0.1, 0.2), "an inverted U in rho_0 with the peak at 0.1; rho_0 = 0 is lowest"),
+    ("table4_8", "alpha", (0, 0.5, 0.75, 0.875, 0.9375, 1.0), "FedSpeed converges for every alpha in [0, 1] and accuracy grows with alpha"),
 ):
     register(Reproduction(
         name=f"fedspeed/{name}", paper=PAPER,
         title=f"Table 4.{name[-1]} (and Fig. 4.{4 if key == 'alpha' else 5}): FedSpeed accuracy against {key} (CIFAR-10, 100 clients, 10%, 500 rounds)",
         claim=claim, metrics=(ACC,),
         scales={"full": Scale(tuple(Arm(f"{key}={v:g}", "CIFAR-10", (f"algorithm.{key}={v}",)) for v in grid_values), (0, 1, 2), "gpu",
-                              f"{len(grid_values)} arms x 3 seeds x 500 rounds: ~40 GPU-hours", ("cifar10",), overrides=(*C100, fixed))},
+                              f"{len(grid_values)} arms x 3 seeds x 500 rounds: ~40 GPU-hours", ("cifar10",), config=f"fedspeed/{name}/full")},
         check=(lambda table, scale, key=key, grid_values=grid_values: [best(
             f"{key} = {grid_values[0]:g} is below {key} = 0.1" if key == "rho0" else "alpha = 1 beats alpha = 0",
             (f"{key}={0.1 if key == 'rho0' else 1.0:g}", value(table, f"{key}={0.1 if key == 'rho0' else 1.0:g}", "CIFAR-10", "final_acc")),
@@ -158,7 +154,7 @@ register(Reproduction(
     claim="FedSpeed reaches 88.5% on CIFAR-10 IID, 6.1 points above FedAvg; FedAdam falls from 85.7% (IID) to 83.2% (DIR)",
     metrics=(Metric("best_acc", "max", scale=100),),
     scales={"full": Scale(arms(METHODS, {f"CIFAR-10 {sp}": (*DATA["CIFAR-10"], *SPLIT[sp]) for sp in SPLIT}), (0, 1, 2), "gpu",
-                          "16 arms x 3 seeds x 1500 rounds: ~350 GPU-hours", ("cifar10",), overrides=P100)},
+                          "16 arms x 3 seeds x 1500 rounds: ~350 GPU-hours", ("cifar10",), config="fedspeed/fig4_2a/full")},
     check=lambda table, scale: [best("FedSpeed is >= 3 points above FedAvg on IID", ("FedSpeed", value(table, "FedSpeed", "CIFAR-10 IID", "best_acc")),
                                      {"FedAvg": value(table, "FedAvg", "CIFAR-10 IID", "best_acc")}, margin=3)],
 ))
@@ -180,6 +176,6 @@ register(Reproduction(
     scales={"full": Scale(tuple(Arm(m, f"E={e}", (f"local_epochs={e}", f"rounds={2500 // e}", *METHODS[m]))
                                 for e in (1, 2, 5, 10, 20) for m in ("FedAdam", "FedCM", "SCAFFOLD", "FedSpeed")), (0,), "gpu",
                           "20 arms x 2500 epochs of ResNet-18-GN: ~200 GPU-hours", ("cifar10",),
-                          overrides=(*DATA["CIFAR-10"], "partition=iid", "num_clients=100", "clients_per_round=10"))},
+                          config="fedspeed/fig4_3/full")},
     check=lambda table, scale: [spread_claim(table)],
 ))

@@ -62,8 +62,7 @@ register(Reproduction(
                       ("mnist", "emnist")),
         "ci": Scale(tuple(Arm(m, "digits MCLR", o) for m, o in (("FedAvg", ("algorithm=fedavg",)), ("FedSSO", ("algorithm=fedsso",)))),
                     (0, 1, 2), "cpu", "~1 min on 2 CPU cores",
-                    overrides=("dataset=digits", "partition=pfl_noniid", "partition.least_samples=2", "model=mclr", "model.zero_init=true", "eta_l=0.01",
-                               "batch_size=10", "rounds=20"),
+                    config="fedsso/table1/ci",
                     note="digits over 20 PFL-Non-IID clients (least_samples 2), MCLR, tau = 5, B = 10, alpha = 0.01, eta = 1, 20 rounds"),
     },
     check=check_table1,
@@ -76,7 +75,7 @@ register(Reproduction(
     claim="FedSSO communicates as much as FedAvg (n_c), SCAFFOLD and FedDANE twice as much, FedNL d times as much",
     metrics=(Metric("floats_up/round", "per_round", "floats_up"), Metric("floats_down/round", "per_round", "floats_down")),
     scales={s: Scale(tuple(Arm(m, "digits MCLR", o) for m, o in COMM.items()), (0,), "cpu", "seconds",
-                     overrides=("dataset=digits", "partition=iid", "model=mclr", "rounds=3", "num_clients=5", "clients_per_round=5"),
+                     config=f"fedsso/table2/{s}",
                      note="communication does not depend on the data: digits MCLR, 3 rounds")
             for s in ("ci", "full")},
     check=lambda table, scale: [
@@ -90,19 +89,18 @@ register(Reproduction(
     claim="the generator with MNIST class counts and seed 1 gives exactly Table 3's client label sizes",
     metrics=(Metric("final_acc", "at", scale=100),),
     scales={"full": Scale((Arm("FedSSO", "MNIST 3 clients", ("algorithm=fedsso",)),), (0,), "cpu", "minutes", ("mnist",),
-                          overrides=("dataset=mnist_pfl", "dataset.num_users=3", "num_clients=3", "clients_per_round=3",
-                                     "model=mclr", "eta_l=0.001", "rounds=10"))},
+                          config="fedsso/table3/full")},
     check=lambda table, scale: [],
     blocked="the label counts are a property of the partition: tests of the pfl data set (data-zoo branch) check Table 3 exactly",
 ))
 
 
-def curve_entry(name, title, claim, groups, methods, data, compute, check, extra=(), blocked=""):
+def curve_entry(name, title, claim, groups, methods, data, compute, check, blocked=""):
     register(Reproduction(
         name=f"fedsso/{name}", paper=PAPER, title=title, claim=claim,
         metrics=(Metric("final_acc", "at", scale=100), Metric("final_train_loss", "at", "train_loss")),
         scales={"full": Scale(tuple(Arm(m, g, (*go, *o)) for g, go in groups.items() for m, o in methods.items()), (0,), "cpu",
-                              compute, data, overrides=("train_loss_every=1", *extra))},
+                              compute, data, config=f"fedsso/{name}/full")},
         check=check, plot=("train_loss", "test_accuracy"), blocked=blocked))
 
 
@@ -125,23 +123,21 @@ curve_entry("fig5", "Fig. 5: the same curves with shared hyper-parameters (alpha
 curve_entry("fig6", "Fig. 6: FedSSO, FedOpt (FedAdagrad) and FedAvg on CIFAR-10 (LeNet and MCLR)",
             "FedSSO converges faster than FedOpt", {"CIFAR-10 LeNet": ("model=lenet",), "CIFAR-10 MCLR": model_overrides("mclr")},
             {"FedAvg": ("algorithm=fedavg",), "FedAdagrad": ("algorithm=fedavg/adagrad",), "FedSSO": ("algorithm=fedsso",)},
-            ("cifar10",), "~3 CPU-hours or 20 GPU-minutes", fedsso_best, extra=("dataset=cifar10_pfl", "num_clients=10", "clients_per_round=10"))
+            ("cifar10",), "~3 CPU-hours or 20 GPU-minutes", fedsso_best)
 curve_entry("fig7", "Fig. 7: FedSSO, FedNL, FedAc, FedAvg on LIBSVM ijcnn1 binary logistic regression",
             "FedSSO reaches a given training loss fastest; FedAc also converges well", {"ijcnn1": ()},
             {"FedAvg": ("algorithm=fedavg",), "FedNL": ("algorithm=fednl",), "FedAc": ("algorithm=fedac",), "FedSSO": ("algorithm=fedsso",)},
             ("ijcnn1",), "minutes on a CPU", lambda table, scale: [best("FedSSO has the lowest final training loss", ("FedSSO", value(
                 table, "FedSSO", "ijcnn1", "final_train_loss")), {m: value(table, m, "ijcnn1", "final_train_loss")
-                                                                  for m in dict.fromkeys(table["method"]) if m != "FedSSO"}, higher=False)],
-            extra=("dataset=ijcnn1_pfl", "model=logreg", "num_clients=3", "clients_per_round=3"))
+                                                                  for m in dict.fromkeys(table["method"]) if m != "FedSSO"}, higher=False)])
 curve_entry("fig8", "Fig. 8: Shakespeare (MCLR) and Sent140 (MLP)", "FedSSO converges faster; FedDANE on the MLP diverges",
             {"Shakespeare MCLR": ("dataset=shakespeare", "model=mclr"), "Sent140 MLP": ("dataset=sent140", "model=mlp_sent140")},
             {"FedAvg": ("algorithm=fedavg",), "FedDANE": ("algorithm=feddane",), "FedNL": ("algorithm=fednl",), "FedSSO": ("algorithm=fedsso",)},
-            ("shakespeare", "sent140", "glove"), "GPU recommended", fedsso_best, extra=("num_clients=10", "clients_per_round=10"))
+            ("shakespeare", "sent140", "glove"), "GPU recommended", fedsso_best)
 curve_entry("fig9", "Fig. 9: FedSSO with different numbers of local steps tau (3-client MNIST partition, MCLR)",
             "convergence first speeds up as tau grows, then slows when tau is too large; FedSSO beats FedAvg at every tau",
             {f"tau={t}": (f"local_steps={t}", "local_epochs=null") for t in (1, 10, 20, 30, 40, 50)},
             {"FedAvg": ("algorithm=fedavg",), "FedSSO": ("algorithm=fedsso", "eta_g=1")}, ("mnist",), "~1 CPU-hour",
             lambda table, scale: [best(f"{g}: FedSSO ends above FedAvg", ("FedSSO", value(table, "FedSSO", g, "final_acc")),
                                        {"FedAvg": value(table, "FedAvg", g, "final_acc")}, strict=True)
-                                  for g in dict.fromkeys(table["group"])],
-            extra=("dataset=mnist_pfl", "dataset.num_users=3", "num_clients=3", "clients_per_round=3", "model=mclr", "model.zero_init=true", "eta_l=0.001"))
+                                  for g in dict.fromkeys(table["group"])])

@@ -78,8 +78,7 @@ register(Reproduction(
         "full": Scale(table2_arms(("MNIST", "HAR", "ESR"), (2, 4, 6), (2, 3, 5), N_I), (0, 1, 2), "gpu",
                       "81 arms x 3 seeds x 2000 rounds of a 2NN: ~45 GPU-hours (CPU: days)", ("mnist", "har", "esr")),
         "ci": Scale(table2_arms(("digits",), (2, 6), (2, 5), {"digits": 14}, consistent=False), (0, 1), "cpu", "~2 min on 2 CPU cores",
-                    overrides=("dataset=digits", "num_clients=100", "clients_per_round=10", "rounds=200", "eta_l=0.002",
-                               "++model.hidden=64", "train_loss_every=1"),
+                    config="losac/table2/ci",
                     note="digits (1,437 train images) label-sorted over 100 clients (14 each), 10 per round, 2NN with 64 hidden "
                          "units, eta=2e-3, 200 rounds (loss@500/acc@500 read at the last round); LoSAC's paper variant only "
                          "(the consistent variant loses to SCAFFOLD here: 108-136 vs 87-105 rounds at eta=5e-3)"),
@@ -111,7 +110,7 @@ register(Reproduction(
                       "36 arms x 3 seeds x 100 rounds, N = 1000: ~3 GPU-hours", ("mnist",)),
         "ci": Scale(grid({k: SIX[k] for k in ("FedAvg", "FedSaga", "SCAFFOLD", "LoSAC")}, {f"c={c}%": (f"partition.c={c / 100:g}",) for c in (0, 100)}),
                     (0, 1), "cpu", "~2 min on 2 CPU cores",
-                    overrides=("dataset=digits", "num_clients=100", "clients_per_round=10", "eta_l=0.002", "++model.hidden=64", "rounds=100"),
+                    config="losac/fig2/ci",
                     note="digits, N = 100, S = 10, c in {0, 100}%, 2NN with 64 hidden units, eta = 2e-3 (losac.md §8 target 9 proxy)"),
     },
     check=check_fig2, plot=("train_loss", "test_accuracy"),
@@ -131,7 +130,7 @@ def split_groups(values, key) -> dict[str, tuple[str, ...]]:
             for split, part in (("IID", "iid"), ("non-IID", "label_sorted")) for v in values}
 
 
-for fig, key, values, default in (("fig3", "S", (10, 20, 50, 100), "local_steps=5"), ("fig4", "T", (2, 5, 10), "clients_per_round=50")):
+for fig, key, values in (("fig3", "S", (10, 20, 50, 100)), ("fig4", "T", (2, 5, 10))):
     register(Reproduction(
         name=f"losac/{fig}", paper=PAPER,
         title=f"Fig. {fig[-1]}: the six methods on MNIST 2NN, IID and non-IID, {key} varied",
@@ -139,7 +138,7 @@ for fig, key, values, default in (("fig3", "S", (10, 20, 50, 100), "local_steps=
         metrics=(ACC, LOSS),
         scales={"full": Scale(grid(SIX, split_groups(values, key)), (0, 1, 2), "gpu",
                               f"{6 * 2 * len(values)} arms x 3 seeds x 500 rounds, N = 1000: ~10 GPU-hours", ("mnist",),
-                              overrides=(default,))},
+                              config=f"losac/{fig}/full")},
         check=check_losac_beats_scaffold, plot=("train_loss", "test_accuracy"),
     ))
 
@@ -197,8 +196,7 @@ register(Reproduction(
         "full": Scale(grid(FIG6, {ds: (f"dataset={d}",) for ds, d in (("MNIST", "mnist_binary"), ("HAR", "har_binary"), ("ESR", "esr"))}),
                       (0, 1, 2), "cpu", "15 arms x 3 seeds x 5 rounds + 100 attack iterations: minutes", ("mnist", "har", "esr")),
         "ci": Scale(grid(FIG6, {"proxy": ()}), (0,), "cpu", "~1 min on 2 CPU cores",
-                    overrides=("dataset=sparse_logreg", "partition=natural", "num_clients=10", "clients_per_round=10",
-                               "model=linear"),
+                    config="losac/fig6/ci",
                     note="synthetic sparse logistic regression (10 clients x 200 samples, 60 features), linear model, "
                          "full participation, round-5 uploads, 100 GD attack iterations; checks the weaker form of the "
                          "claim for FedAvg, SCAFFOLD and LoSAC (the attack gains less than on DSGD's and MimeSVRG's exact "
@@ -247,7 +245,7 @@ register(Reproduction(
         "full": Scale(grid(FIG7, {f"rank={r}": (f"dataset.rank={r}",) for r in (32, 16, 8, 4, 2)}), (0, 1, 2), "cpu",
                       "15 arms x 3 seeds x 600 rounds: ~45 min on 2 CPU cores"),
         "ci": Scale(grid({k: FIG7[k] for k in ("LoSAC-Prox", "SCAFFOLD-Prox")}, {f"rank={r}": (f"dataset.rank={r}",) for r in (8, 2)}),
-                    (0,), "cpu", "~3 min on 2 CPU cores", overrides=("rounds=400",),
+                    (0,), "cpu", "~3 min on 2 CPU cores", config="losac/fig7/ci",
                     note="ranks 8 and 2 only, one seed, 400 rounds (LoSAC-Prox reaches the exact rank by round 300, losac.md §8 target 5)"),
     },
     check=check_fig7, plot=("rec_err", "rank"), plot_log=("rec_err",),

@@ -1,5 +1,6 @@
-"""Run a reproduction: check what it needs, run each arm as a Hydra multirun over the seeds into one
-MLflow experiment, read the histories back, compare with the paper, save and log the comparison."""
+"""Run a reproduction: check what it needs, train each arm's seeds in this process (runs.api: every run
+recorded in one MLflow experiment and checkpointed in its own folder), measure the histories the runs
+return, compare with the paper, save and log the comparison."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
+from omegaconf import DictConfig
 
 from fedbench.config.compose import compose, conf_dir
-from fedbench.core.errors import ConfigError, DataUnavailableError, FedbenchError
-from fedbench.reproduce.entry import Claim, Reproduction, Scale
+from fedbench.core.errors import ConfigError, DataUnavailableError, FedbenchError, report_error
+from fedbench.reproduce.entry import Arm, Claim, Reproduction, Scale
 from fedbench.reproduce.compare import RunResult, aggregate, comparison, to_csv_frame, to_markdown
 from fedbench.reproduce.plots import plot_figure
 
@@ -57,12 +59,22 @@ def preset_groups(preset: str) -> dict[str, str]:
     return groups
 
 
+def scale_groups(scale: Scale) -> dict[str, str]:
+    """The group choices the scale's config file (conf/scale/<name>/<scale>.yaml) overrides."""
+    path = conf_dir() / "scale" / f"{scale.config}.yaml"
+    if not scale.config or not path.exists():
+        return {}
+    data = yaml.safe_load(path.read_text()) or {}
+    return {key.replace("override ", "").strip().lstrip("/"): value
+            for item in data.get("defaults", []) if isinstance(item, dict) for key, value in item.items()}
+
+
 def arm_choices(rep: Reproduction, scale: Scale, group: str) -> set[str]:
     """Every choice of a config group (algorithm, dataset, ...) the scale's arms use."""
     found = set()
     for arm in scale.arms:
-        choice = preset_groups(arm.preset or rep.preset_path).get(group)
-        for item in (*scale.overrides, *arm.overrides):
+        choice = scale_groups(scale).get(group) or preset_groups(arm.preset or rep.preset_path).get(group)
+        for item in arm.overrides:
             key, _, value = item.partition("=")
             if key == group:
                 choice = value
@@ -72,13 +84,15 @@ def arm_choices(rep: Reproduction, scale: Scale, group: str) -> set[str]:
 
 
 def missing(rep: Reproduction, scale_name: str) -> list[str]:
-    """What this checkout lacks to run the scale: the preset file, algorithm/data set/model/partition configs."""
+    """What this checkout lacks to run the scale: the preset and scale files, algorithm/data set/model/partition configs."""
     scale = get_scale(rep, scale_name)
     if rep.blocked:
         return [rep.blocked]
     base = conf_dir()
     presets = dict.fromkeys([rep.preset_path, *(a.preset for a in scale.arms if a.preset)])
     out = [f"preset fedbench/config/conf/experiment/{p}.yaml" for p in presets if not (base / "experiment" / f"{p}.yaml").exists()]
+    if scale.config and not (base / "scale" / f"{scale.config}.yaml").exists():
+        out.append(f"scale fedbench/config/conf/scale/{scale.config}.yaml")
     if out:
         return out
     for group in ("algorithm", "dataset", "model", "partition"):
@@ -88,18 +102,43 @@ def missing(rep: Reproduction, scale_name: str) -> list[str]:
     return out
 
 
-def job_overrides(rep: Reproduction, scale: Scale, arm, extra: tuple[str, ...] = ()) -> list[str]:
-    return [f"experiment={arm.preset or rep.preset_path}", *scale.overrides, *arm.overrides, *extra]
+def job_overrides(rep: Reproduction, scale: Scale, arm: Arm, extra: tuple[str, ...] = ()) -> list[str]:
+    """What `fedbench run` takes to run the arm: its preset, the scale's file, the arm's own keys."""
+    return [f"experiment={arm.preset or rep.preset_path}", *([f"scale={scale.config}"] if scale.config else []),
+            *arm.overrides, *extra]
 
 
-def check_data(rep: Reproduction, scale: Scale, extra: tuple[str, ...] = ()) -> None:
+@dataclass(frozen=True)
+class Job:
+    """One arm at one seed: the overrides of `fedbench run` and the config they compose to."""
+
+    arm: Arm
+    seed: int
+    overrides: list[str]
+    cfg: DictConfig
+
+
+def plan(rep: Reproduction, scale: Scale, stamp: str, extra: tuple[str, ...] = ()) -> list[Job]:
+    """Every job of the grid, arm-major, composed and checked as `fedbench run` checks a command line
+    (a ConfigError before any training). Each job is a run of its own in the experiment `rep.name`,
+    named `<stamp>-<arm>`; tracking.skip_finished=false: arms with equal configs all run, and the
+    comparison uses this invocation's runs."""
+    jobs = []
+    for arm in scale.arms:
+        for seed in scale.seeds:
+            overrides = [*job_overrides(rep, scale, arm, extra), f"seed={seed}", f"tracking.experiment={rep.name}",
+                         f"tracking.run_name={stamp}-{arm.slug}", "tracking.skip_finished=false"]
+            jobs.append(Job(arm, seed, overrides, compose(overrides, checked=True)))
+    return jobs
+
+
+def check_data(jobs: list[Job]) -> None:
     """Load every distinct data set of the grid once; DataUnavailableError says which files to place where."""
     from fedbench.config.validate import params_of
     from fedbench.data import DATASETS
 
     seen = set()
-    for arm in scale.arms:
-        cfg = compose([*job_overrides(rep, scale, arm, extra), f"seed={scale.seeds[0]}"])
+    for cfg in (job.cfg for job in jobs):
         params = {k: v for k, v in params_of(cfg.dataset).items() if k not in ("root", "download")}
         key = (cfg.dataset.name, repr(sorted(params.items())), str(cfg.data.root))
         if key in seen:
@@ -108,41 +147,68 @@ def check_data(rep: Reproduction, scale: Scale, extra: tuple[str, ...] = ()) -> 
         DATASETS.get(cfg.dataset.name)(root=str(cfg.data.root), download=bool(cfg.data.download), **params)
 
 
-def run_grid(rep: Reproduction, scale: Scale, stamp: str, out: Path, extra: tuple[str, ...] = ()) -> list[str]:
-    """One Hydra multirun per arm (arms differ in which keys they set); returns the failed jobs' messages."""
-    from fedbench.runs.hydra_app import hydra_main
+def run_grid(rep: Reproduction, scale: Scale, jobs: list[Job], folder: Path) -> tuple[list[RunResult], list[str]]:
+    """Train every job in this process, each in folder/<arm>/<seed>; returns the runs' histories (the
+    series the metrics and plots read) and the failed jobs' messages. A failed job (divergence, bad
+    data, a bug) is reported and the others still run."""
+    from fedbench.runs.api import run_composed
 
     if rep.runner == "dlg":
-        return run_attacks(rep, scale, stamp, extra)
-    failures = []
-    seeds = ",".join(str(s) for s in scale.seeds)
-    for arm in scale.arms:
-        argv = [*job_overrides(rep, scale, arm, extra), f"seed={seeds}", f"tracking.experiment={rep.name}",
-                f"tracking.run_name={stamp}-{arm.slug}", f"hydra.sweep.dir={out / 'runs' / stamp / arm.slug}",
-                # the comparison reads this invocation's runs: arms with equal configs must all run
-                "tracking.skip_finished=false", "--multirun"]
-        print(f"[reproduce] {rep.name}: {arm.method} [{arm.group}] seeds {seeds}", flush=True)
-        if hydra_main(argv) != 0:
-            failures.append(f"{arm.method} [{arm.group}]")
-    return failures
+        return run_attacks(rep, scale, jobs)
+    keys = {m.source for m in rep.metrics} | set(rep.plot)
+    results, failures = [], []
+    for job in jobs:
+        arm = job.arm
+        if job.seed == scale.seeds[0]:
+            print(f"[reproduce] {rep.name}: {arm.method} [{arm.group}] seeds {','.join(map(str, scale.seeds))}", flush=True)
+        try:
+            run = run_composed(job.cfg, job.overrides, folder / arm.slug / str(job.seed), progress=True,
+                               label=f"{arm.slug} seed {job.seed}", sweep=True)
+        except Exception as exc:  # noqa: BLE001 - one failed job of the grid; the others run
+            if isinstance(exc, FedbenchError):
+                report_error(exc)
+            else:  # a bug: show it
+                import traceback
+
+                traceback.print_exc()
+            failures.append(f"{arm.method} [{arm.group}] seed {job.seed}: {exc}")
+            continue
+        results.append(RunResult(arm.method, arm.group, job.seed, int(job.cfg.rounds), series(run.history, keys)))
+    return in_grid_order(scale, results), failures
 
 
-def run_attacks(rep: Reproduction, scale: Scale, stamp: str, extra: tuple[str, ...] = ()) -> list[str]:
-    """DLG against each arm's round-`rounds` upload of client 1, one MLflow run per arm and seed."""
+def in_grid_order(scale: Scale, results: list[RunResult]) -> list[RunResult]:
+    order = {(a.method, a.group): i for i, a in enumerate(scale.arms)}
+    return sorted(results, key=lambda r: (order[(r.method, r.group)], r.seed))
+
+
+def series(history: pd.DataFrame, keys: set[str]) -> pd.DataFrame:
+    """The rounds and the metrics `keys` of a run's history, as floats (as the record holds them)."""
+    columns = sorted(k for k in keys if k in history)
+    frame = history[["round", *columns]].astype({k: float for k in columns})
+    return frame.dropna(how="all", subset=columns) if columns else frame
+
+
+def run_attacks(rep: Reproduction, scale: Scale, jobs: list[Job]) -> tuple[list[RunResult], list[str]]:
+    """DLG against each arm's round-`rounds` upload of client 1, one MLflow run per arm and seed; the
+    history is the reconstruction error per attack iteration (`round` = iteration)."""
     from fedbench.attacks.record import recorded_attack
 
-    failures = []
-    for arm in scale.arms:
-        print(f"[reproduce] {rep.name}: {arm.method} [{arm.group}] seeds {','.join(map(str, scale.seeds))}", flush=True)
-        for seed in scale.seeds:
-            overrides = [*job_overrides(rep, scale, arm, extra), f"seed={seed}", f"tracking.experiment={rep.name}",
-                         f"tracking.run_name={stamp}-{arm.slug}"]
-            try:
-                cfg = compose(overrides, checked=True)
-                recorded_attack(cfg, attack_round=int(cfg.rounds))
-            except FedbenchError as exc:
-                failures.append(f"{arm.method} [{arm.group}] seed {seed}: {exc}")
-    return failures
+    results, failures = [], []
+    for job in jobs:
+        arm = job.arm
+        if job.seed == scale.seeds[0]:
+            print(f"[reproduce] {rep.name}: {arm.method} [{arm.group}] seeds {','.join(map(str, scale.seeds))}", flush=True)
+        try:
+            errors = recorded_attack(job.cfg, attack_round=int(job.cfg.rounds))
+        except FedbenchError as exc:
+            failures.append(f"{arm.method} [{arm.group}] seed {job.seed}: {exc}")
+            continue
+        history = pd.DataFrame({"round": range(len(errors)), "dlg_error": errors})
+        history["dlg_error_ratio"] = float("nan")
+        history.loc[len(errors) - 1, "dlg_error_ratio"] = errors[-1] / errors[0]
+        results.append(RunResult(arm.method, arm.group, job.seed, int(job.cfg.rounds), history))
+    return in_grid_order(scale, results), failures
 
 
 def tracking_uri(extra: tuple[str, ...]) -> str:
@@ -150,34 +216,6 @@ def tracking_uri(extra: tuple[str, ...]) -> str:
 
     uri = next((o.partition("=")[2] for o in extra if o.startswith("tracking.uri=")), None)
     return resolve_tracking_uri(uri or None)
-
-
-def collect(rep: Reproduction, scale: Scale, stamp: str, uri: str) -> list[RunResult]:
-    """The runs of this invocation, read back from MLflow with the histories the metrics and plots need."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name(rep.name)
-    if experiment is None:
-        return []
-    by_slug = {arm.slug: arm for arm in scale.arms}
-    keys = {m.source for m in rep.metrics} | set(rep.plot)
-    results = []
-    for run in client.search_runs([experiment.experiment_id], f"attributes.run_name LIKE '{stamp}-%'", max_results=5000):
-        arm = by_slug.get(run.info.run_name[len(stamp) + 1 :])
-        if arm is None:
-            continue
-        series = {}
-        for key in keys:
-            for m in client.get_metric_history(run.info.run_id, key):
-                series.setdefault(m.step, {"round": m.step})[key] = m.value
-        history = pd.DataFrame(sorted(series.values(), key=lambda r: r["round"]))
-        if history.empty:
-            history = pd.DataFrame({"round": []})
-        results.append(RunResult(arm.method, arm.group, int(run.data.params.get("seed", 0)),
-                                 int(run.data.params.get("rounds", 0)), history))
-    order = {(a.method, a.group): i for i, a in enumerate(scale.arms)}
-    return sorted(results, key=lambda r: (order[(r.method, r.group)], r.seed))
 
 
 def evaluate(rep: Reproduction, scale_name: str, runs: list[RunResult]) -> tuple[pd.DataFrame, list[Claim]]:
@@ -248,15 +286,15 @@ def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] 
     lacking = missing(rep, scale_name)
     if lacking:
         raise ConfigError(f"{rep.name} cannot run here: missing {', '.join(lacking)}")
-    check_data(rep, scale, extra)
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"  # two reproductions started in one second stay apart
+    jobs = plan(rep, scale, stamp, extra)
+    check_data(jobs)
     started = time.perf_counter()
     out = outputs / rep.name
-    failures = run_grid(rep, scale, stamp, out, extra)
-    uri = tracking_uri(extra)
-    runs = collect(rep, scale, stamp, uri)
+    runs, failures = run_grid(rep, scale, jobs, out / "runs" / stamp)
     if not runs:
         raise FedbenchError(f"{rep.name}: no run finished ({'; '.join(failures)})")
+    uri = tracking_uri(extra)
     table, claims = evaluate(rep, scale_name, runs)
     if failures:
         claims.append(Claim("every job of the grid ran to the end", False, "failed: " + "; ".join(failures)))

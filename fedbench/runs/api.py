@@ -79,15 +79,30 @@ def _default_folder(kind: str, name: str) -> Path:
 
 def _run_one(job: list[str], run_dir: str | Path | None, progress: bool, sweep: bool = False) -> RunResult:
     from fedbench.config.compose import compose
-    from fedbench.runs.single import run_job
 
     cfg = compose(job)
     folder = Path(run_dir) if run_dir is not None else _default_folder("runs", f"{cfg.algorithm.name}_{cfg.dataset.name}")
-    summary = run_job(cfg, folder, quiet=not progress, tags={"overrides": " ".join(job)[:5000]}, sweep=sweep)
+    return run_composed(cfg, job, folder, progress, sweep=sweep)
+
+
+def run_composed(cfg, job: list[str], run_dir: Path, progress: bool = False, label: str = "",
+                 sweep: bool = False) -> RunResult:
+    """Train `cfg`, the config composed (and checked) from the overrides `job`, in `run_dir`.
+
+    The overrides are recorded with the run and saved in run_dir/.hydra/overrides.yaml, as a
+    `fedbench run` saves them, so that an interrupted run continues with `fedbench resume run_dir`.
+    `label` prefixes its progress lines; `sweep` lets tracking.skip_finished skip a finished config."""
+    from omegaconf import OmegaConf
+
+    from fedbench.runs.single import check_writable, run_job
+
+    check_writable(run_dir / ".hydra")
+    OmegaConf.save(OmegaConf.create(list(job)), run_dir / ".hydra" / "overrides.yaml")
+    summary = run_job(cfg, run_dir, quiet=not progress, tags={"overrides": " ".join(job)[:5000]}, sweep=sweep, label=label)
     history = summary.pop("history", None)
     if history is None:  # a finished configuration skipped in a sweep: read its record back
         history = _history_from_mlflow(summary["tracking_uri"], summary["run_id"])
-    return RunResult(job, pd.DataFrame(history), summary, summary["run_id"], folder)
+    return RunResult(list(job), pd.DataFrame(history), summary, summary["run_id"], run_dir)
 
 
 def _history_from_mlflow(uri: str, run_id: str) -> list[dict[str, float]]:

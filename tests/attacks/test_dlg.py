@@ -35,7 +35,7 @@ def _exact_gradient(fed, x, client=0):
 
 def test_dlg_recovers_one_sample_from_an_exact_gradient():
     fed, _ = build_federation(make_cfg(*ONE_SAMPLE, "algorithm=fedsgd"))
-    x, G, _ = observe(fed, attack_round=3)
+    x, G = observe(fed, attack_round=3)
     assert torch.allclose(G, _exact_gradient(fed, x), atol=1e-6)
     errors = dlg_attack(fed, x, G, iterations=100, lr=1.0, optimizer="lbfgs")
     truth = fed.clients.x[fed.clients.index[0, :1]]
@@ -48,7 +48,7 @@ def test_dlg_recovers_one_sample_from_an_exact_gradient():
 def test_fedavg_observation_is_mean_local_direction():
     # one full-batch local step: (x - x^+) / (eta T) is exactly the client's gradient at x
     fed, _ = build_federation(make_cfg(*ONE_SAMPLE, "algorithm=fedavg", "num_clients=100", "clients_per_round=10"))
-    x, G, work = observe(fed, attack_round=2)
+    x, G = observe(fed, attack_round=2)
     assert torch.allclose(G, _exact_gradient(fed, x), atol=1e-5)
 
 
@@ -66,7 +66,7 @@ def test_observation_table():
 @pytest.mark.parametrize("algorithm", ["dsgd", "mime_svrg"])
 def test_dsgd_and_mime_leak_the_exact_gradient(algorithm):
     fed, _ = build_federation(make_cfg(*ONE_SAMPLE, f"algorithm={algorithm}", "num_clients=100", "clients_per_round=10"))
-    x, G, _ = observe(fed, attack_round=3)
+    x, G = observe(fed, attack_round=3)
     assert torch.allclose(G, _exact_gradient(fed, x), atol=1e-5)
 
 
@@ -74,5 +74,5 @@ def test_dsgd_and_mime_leak_the_exact_gradient(algorithm):
 def test_model_delta_observation_is_mean_local_direction(algorithm):
     extra = ["algorithm.blocks=1"] if algorithm == "losac" else []  # M = 1: the block is the client's data
     fed, _ = build_federation(make_cfg(*ONE_SAMPLE, f"algorithm={algorithm}", "num_clients=100", "clients_per_round=10", *extra))
-    x, G, _ = observe(fed, attack_round=1)  # zero state in round 1: one step is a plain gradient step
+    x, G = observe(fed, attack_round=1)  # zero state in round 1: one step is a plain gradient step
     assert torch.allclose(G, _exact_gradient(fed, x), atol=1e-5)

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 import fedbench.config.compose
 import fedbench.reproduce.catalog as catalog_module
 import fedbench.reproduce.entry as entry_module
+from fedbench.cli.app import app as cli_app
 from fedbench.reproduce.catalog import load_catalog
 from fedbench.reproduce.entry import Arm, Claim, Metric, Reproduction, Scale, rounds_to
 from fedbench.reproduce.compare import RunResult, aggregate, comparison, format_rounds, measure, parse_paper, speedup
@@ -61,7 +62,7 @@ def test_arms_compose_and_validate(name):
             continue
         firsts = {}
         for arm in scale.arms:
-            key = tuple(o for o in (*scale.overrides, *arm.overrides) if o.startswith(("algorithm=", "dataset=", "model=")))
+            key = tuple(o for o in arm.overrides if o.startswith(("algorithm=", "dataset=", "model=")))
             firsts.setdefault((key, arm.preset), arm)
         for arm in firsts.values():
             with initialize_config_dir(config_dir=str(fedbench.config.compose.CONF_DIR), version_base=None):
@@ -74,6 +75,39 @@ def test_arms_compose_and_validate(name):
 
 # composite/fig2 (with its FedMid variant) and composite/fig3 are written by the composite branch
 OWNED_ELSEWHERE = {"composite/fig2": "composite", "composite/fig3": "composite"}
+
+
+def test_every_scale_file_belongs_to_one_scale_of_the_catalog():
+    """conf/scale/<paper>/<table>/<scale>.yaml: the settings a scale shares, named after its reproduction and scale."""
+    configs = [(name, scale_name, scale.config) for name, rep in CATALOG.items() for scale_name, scale in rep.scales.items()
+               if scale.config]
+    assert all(config == f"{name}/{scale_name}" for name, scale_name, config in configs)
+    root = fedbench.config.compose.CONF_DIR / "scale"
+    files = sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
+    assert files == sorted(config for _, _, config in configs)
+    for path in root.rglob("*.yaml"):
+        assert path.read_text().startswith("# @package _global_"), path
+
+
+def test_a_scale_file_composes_to_its_former_override_strings():
+    """fedspeed/table4_2's ci settings (group choices, an interpolation, a key added to the model) were
+    override strings before they became conf/scale/fedspeed/table4_2/ci.yaml: the same config."""
+    from omegaconf import OmegaConf
+
+    from fedbench.config.compose import compose
+    from fedbench.reproduce.run import job_overrides
+
+    rep = CATALOG["fedspeed/table4_2"]
+    scale = rep.scales["ci"]
+    arm = next(a for a in scale.arms if a.method == "FedSpeed")
+    former = ("dataset=make_classification", "dataset.seed=${seed}", "partition=dirichlet_balanced", "partition.alpha=0.6",
+              "model=mlp_2nn", "++model.hidden=64", "num_clients=100", "clients_per_round=10", "batch_size=20",
+              "local_epochs=5", "eta_l=0.1", "eval_every=5", "rounds=150")
+    now = compose([*job_overrides(rep, scale, arm), "seed=1"])
+    before = compose([f"experiment={rep.preset_path}", *former, *arm.overrides, "seed=1"])
+    assert "scale=fedspeed/table4_2/ci" in job_overrides(rep, scale, arm)
+    assert OmegaConf.to_container(now, resolve=True) == OmegaConf.to_container(before, resolve=True)
+    assert now.dataset.seed == 1 and now.model.hidden == 64 and now.dataset.name == "make_classification"
 
 
 @pytest.mark.parametrize("name", sorted(CATALOG))
@@ -146,7 +180,7 @@ def fake_rep(tmp_path, monkeypatch, check=None) -> Reproduction:
     return Reproduction(
         name="fake/t", paper="fake", title="Table T", claim="B is faster than A",
         metrics=(rounds_to(0.5), Metric("acc", "at", scale=100)), reference="A",
-        scales={"ci": Scale(arms, (0,), "cpu", "seconds", overrides=("rounds=3",)), "full": Scale(arms, (0,), "cpu", "s")},
+        scales={"ci": Scale(arms, (0,), "cpu", "seconds", config="fake/t/ci"), "full": Scale(arms, (0,), "cpu", "s")},
         check=check or (lambda table, scale: [Claim("B reaches 50% no later than A", True)]), preset="tiny/t")
 
 
@@ -176,7 +210,9 @@ def tiny_conf(tmp_path, monkeypatch):
     (conf / "experiment" / "tiny").mkdir(parents=True)
     (conf / "experiment" / "tiny" / "t.yaml").write_text(
         "# @package _global_\n# fake reproduction for the tests\ndefaults:\n  - override /dataset: digits\n"
-        "  - override /algorithm: fedavg\n\nnum_clients: 4\nclients_per_round: 4\nrounds: 3\ntargets: [0.5]\n")
+        "  - override /algorithm: fedavg\n\nnum_clients: 4\nclients_per_round: 4\nrounds: 5\ntargets: [0.5]\n")
+    (conf / "scale" / "fake" / "t").mkdir(parents=True)
+    (conf / "scale" / "fake" / "t" / "ci.yaml").write_text("# @package _global_\nrounds: 3\n")
     monkeypatch.setattr(fedbench.config.compose, "CONF_DIR", conf)
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -191,7 +227,21 @@ def test_cli_runs_the_grid_saves_the_comparison_and_exits_1_on_a_failed_claim(ti
 
     rep = fake_rep(tiny_conf / "papers", monkeypatch, check)
     monkeypatch.setitem(catalog_module.REPRODUCTIONS, rep.name, rep)
-    result = CliRunner().invoke(fedbench.cli.app, ["reproduce", rep.name, "--scale", "ci",
+    import fedbench.reproduce.run as run_module
+    from mlflow.tracking import MlflowClient
+
+    trained, reads = [], pytest.MonkeyPatch()
+
+    def runs_then_no_reading_back(*args, **kwargs):  # the comparison uses the histories the runs returned
+        results = run_grid(*args, **kwargs)
+        trained.append(results)
+        for method in ("search_runs", "get_metric_history", "get_run"):
+            reads.setattr(MlflowClient, method, lambda *a, **k: pytest.fail("a run was read back from MLflow"))
+        return results
+
+    run_grid = run_module.run_grid
+    monkeypatch.setattr(run_module, "run_grid", runs_then_no_reading_back)
+    result = CliRunner().invoke(cli_app, ["reproduce", rep.name, "--scale", "ci",
                                                    f"tracking.uri=sqlite:///{tiny_conf}/mlflow.db", "engine.threads=1"])
     assert result.exit_code == 1, result.output
     assert "| method | group | metric | paper | measured |" in result.output
@@ -204,8 +254,9 @@ def test_cli_runs_the_grid_saves_the_comparison_and_exits_1_on_a_failed_claim(ti
     assert measured and 0 <= int(measured.group(1)) < 600
     table = seen["table"]
     assert ((table["mean"] >= 0) | np.isinf(table["mean"])).all()
-
-    from mlflow.tracking import MlflowClient
+    reads.undo()
+    [(runs, failures)] = trained
+    assert not failures and [(r.method, r.group, r.rounds) for r in runs] == [(a.method, a.group, 3) for a in rep.scales["ci"].arms]
 
     client = MlflowClient(f"sqlite:///{tiny_conf}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name(rep.name).experiment_id])
@@ -215,17 +266,29 @@ def test_cli_runs_the_grid_saves_the_comparison_and_exits_1_on_a_failed_claim(ti
     assert {a.path for a in client.list_artifacts(comparison_run.info.run_id)} >= {"comparison.csv", "comparison.md", "figure.png"}
 
 
+def test_a_diverging_job_fails_alone_and_the_grid_goes_on(tiny_conf, monkeypatch):
+    rep = fake_rep(tiny_conf / "papers", monkeypatch)
+    arms = (Arm("A", "g1", ("algorithm=fedavg", "eta_l=1e300")), Arm("B", "g1", ("algorithm=fedavg",)))
+    rep = Reproduction(**{**rep.__dict__, "scales": {"ci": Scale(arms, (0,), "cpu", "s", config="fake/t/ci")}})
+    outcome = reproduce(rep, "ci", (f"tracking.uri=sqlite:///{tiny_conf}/mlflow.db", "engine.threads=1"),
+                        outputs=tiny_conf / "outputs")
+    table = outcome.table.set_index(["method", "group", "metric"])
+    assert table.loc[("B", "g1", "acc")]["n"] == 1 and ("A", "g1", "acc") not in table.index  # measured: what ran to the end
+    failed = outcome.claims[-1]
+    assert not failed.holds and failed.detail.startswith("failed: A [g1] seed 0: run diverged at round 1")
+
+
 def test_cli_exit_code_0_when_every_claim_holds(monkeypatch):
     import fedbench.reproduce.run as run_module
 
     outcome = run_module.Outcome(pd.DataFrame(), [Claim("holds", True)], "| table |", [])
     monkeypatch.setattr(run_module, "reproduce", lambda rep, scale, extra: outcome)
-    result = CliRunner().invoke(fedbench.cli.app, ["reproduce", "losac/fig7", "--scale", "ci"])
+    result = CliRunner().invoke(cli_app, ["reproduce", "losac/fig7", "--scale", "ci"])
     assert result.exit_code == 0 and "| table |" in result.output
 
 
 def test_cli_list_shows_every_reproduction_and_its_needs():
-    result = CliRunner().invoke(fedbench.cli.app, ["reproduce", "list"])
+    result = CliRunner().invoke(cli_app, ["reproduce", "list"])
     assert result.exit_code == 0
     for name, rep in CATALOG.items():
         assert name in result.output and rep.claim in result.output

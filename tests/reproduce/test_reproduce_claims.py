@@ -97,10 +97,16 @@ def score(rep: Reproduction, method: str, group: str, case: str) -> float | None
 
 
 def budget(rep: Reproduction, scale_name: str, arm) -> int:
-    """The arm's round budget: its `rounds=` override, else the preset's (following the presets it extends)."""
-    for item in reversed((*rep.scales[scale_name].overrides, *arm.overrides)):
+    """The arm's round budget: its `rounds=` override, else its scale file's, else the preset's (following
+    the presets it extends)."""
+    for item in reversed(arm.overrides):
         if item.startswith("rounds="):
             return int(item.partition("=")[2])
+    config = rep.scales[scale_name].config
+    if config:
+        settings = yaml.safe_load((fedbench.config.compose.CONF_DIR / "scale" / f"{config}.yaml").read_text()) or {}
+        if "rounds" in settings:
+            return int(settings["rounds"])
     preset = arm.preset or rep.preset_path
     while preset:
         path = fedbench.config.compose.CONF_DIR / "experiment" / f"{preset}.yaml"
