@@ -159,8 +159,7 @@ def run_grid(rep: Reproduction, scale: Scale, jobs: list[Job], folder: Path) -> 
     results, failures = [], []
     for job in jobs:
         arm = job.arm
-        if job.seed == scale.seeds[0]:
-            print(f"[reproduce] {rep.name}: {arm.method} [{arm.group}] seeds {','.join(map(str, scale.seeds))}", flush=True)
+        announce(rep, scale, job)
         try:
             run = run_composed(job.cfg, job.overrides, folder / arm.slug / str(job.seed), progress=True,
                                label=f"{arm.slug} seed {job.seed}", sweep=True)
@@ -175,6 +174,13 @@ def run_grid(rep: Reproduction, scale: Scale, jobs: list[Job], folder: Path) -> 
             continue
         results.append(RunResult(arm.method, arm.group, job.seed, int(job.cfg.rounds), series(run.history, keys)))
     return in_grid_order(scale, results), failures
+
+
+def announce(rep: Reproduction, scale: Scale, job: Job) -> None:
+    """One line as each arm starts (its first seed)."""
+    if job.seed == scale.seeds[0]:
+        print(f"[reproduce] {rep.name}: {job.arm.method} [{job.arm.group}] seeds {','.join(map(str, scale.seeds))}",
+              flush=True)
 
 
 def in_grid_order(scale: Scale, results: list[RunResult]) -> list[RunResult]:
@@ -197,8 +203,7 @@ def run_attacks(rep: Reproduction, scale: Scale, jobs: list[Job]) -> tuple[list[
     results, failures = [], []
     for job in jobs:
         arm = job.arm
-        if job.seed == scale.seeds[0]:
-            print(f"[reproduce] {rep.name}: {arm.method} [{arm.group}] seeds {','.join(map(str, scale.seeds))}", flush=True)
+        announce(rep, scale, job)
         try:
             errors = recorded_attack(job.cfg, attack_round=int(job.cfg.rounds))
         except FedbenchError as exc:
