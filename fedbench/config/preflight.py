@@ -22,12 +22,12 @@ def group_choices(conf_dir: Path, group: str, extra_dirs: tuple[Path, ...] = ())
 
 
 def top_level_keys() -> set[str]:
-    """The keys a command line may set at the top: the schema's, plus the experiment group and hydra."""
+    """The keys a command line may set at the top: the schema's, plus the experiment and scale groups and hydra."""
     import dataclasses
 
     from fedbench.config.schema import RunConfig
 
-    return {f.name for f in dataclasses.fields(RunConfig)} | {"experiment", "hydra"}
+    return {f.name for f in dataclasses.fields(RunConfig)} | {"experiment", "scale", "hydra"}
 
 
 def extra_config_dirs(argv: list[str]) -> tuple[Path, ...]:

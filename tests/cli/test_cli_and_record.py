@@ -63,7 +63,7 @@ def test_run_records_params_metrics_and_rounds_to_target(tmp_path):
     ("partition.alpha=0", "partition.alpha must be a finite number > 0"),
     ("eta_l=-1", "eta_l must be a finite number > 0"),
     ("dataset=mnist", "mnist not found"),
-    ("targets=[1.5]", "targets must lie in (0, 1]"),
+    ("targets=[1.5]", "targets[0] must be a finite number in (0, 1]"),
     ("model=cnn dataset=synthetic partition=natural num_clients=30", "does not fit"),
 ])
 def test_bad_input_exits_2_with_one_message_and_no_run(tmp_path, override, needle):
