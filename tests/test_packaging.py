@@ -27,7 +27,7 @@ def test_the_wheel_carries_the_configs_and_runs_in_an_empty_folder(tmp_path):
     assert build.returncode == 0, build.stderr[-3000:]
     [wheel] = wheels.glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for pattern in ("conf/**/*.yaml", "reproduce/papers/**/*.csv"):
+    for pattern in ("config/conf/**/*.yaml", "reproduce/papers/**/*.csv"):
         shipped = {f"fedbench/{p.relative_to(ROOT / 'fedbench').as_posix()}" for p in (ROOT / "fedbench").glob(pattern)}
         assert shipped and shipped <= names, sorted(shipped - names)[:5]
     venv = tmp_path / "venv"  # torch and the rest come from this interpreter's site-packages
