@@ -188,6 +188,8 @@ def parse(value: str | Mapping[str, Any]):
     return cls(**params)
 
 
-def defaults(name: str) -> dict[str, Any]:
-    """{name, hyperparameters with their defaults}: what a config file of that optimiser writes out."""
-    return {"name": name, **asdict(SERVER_OPTIMIZERS[name]())}
+def full_mapping(name: str) -> dict[str, Any]:
+    """A bare `algorithm.server_opt=<name>` as the mapping a variant file writes: the name, then that
+    optimiser's defaults by key (so the two spellings are one recorded config)."""
+    spec = parse(name)  # a ConfigError on an unknown name
+    return {"name": name, **dict(sorted(asdict(spec).items()))}

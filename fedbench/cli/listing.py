@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from fedbench.config.compose import conf_dir
+from fedbench.config.compose import conf_dir, group_choices_of
 
 def list_choices() -> None:
     """List the available algorithms, data sets, partitions and models, one line each."""
@@ -67,11 +67,7 @@ def imposed_settings(path: Path) -> dict[str, str]:
         return {}
     raw = yaml.safe_load(path.read_text()) or {}
     keys = (raw.get("algorithm") or {}).get("imposes") or []
-    choices = {}
-    for entry in raw.get("defaults") or []:
-        if isinstance(entry, dict):
-            for k, v in entry.items():
-                choices[k.removeprefix("override ").lstrip("/")] = v
+    choices = group_choices_of(raw.get("defaults"))
     return {k: raw[k] if k in raw else choices.get(k) for k in keys}
 
 

@@ -5,7 +5,6 @@ the keys declared where it sits, with a did-you-mean. Works on plain resolved co
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import inspect
 import math
@@ -16,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union
 
 from fedbench.config.schema import Spec, spec_of
-from fedbench.core.errors import ConfigError, unknown_choice
+from fedbench.core.errors import ConfigError, did_you_mean, unknown_choice
 
 _WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
           dict: "a mapping"}
@@ -122,12 +121,7 @@ def check_value(key: str, value: Any, tp, s: Spec) -> None:
 def unknown_key(where: str, key: str, valid: list[str]) -> ConfigError:
     """An unknown key of a section, naming the valid keys and the closest one."""
     message = f"Unknown key {where}.{key}. Valid: {', '.join(sorted(valid)) or '(none)'}."
-    return ConfigError(message + _did_you_mean(key, valid))
-
-
-def _did_you_mean(key: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(key, valid, n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
+    return ConfigError(message + did_you_mean(key, valid))
 
 
 def check_section(values: Mapping[str, Any], schema: type, where: str = "") -> None:
@@ -180,5 +174,5 @@ def check_group(kind: str, name: str, params: Mapping[str, Any], factory: Callab
     for key, value in params.items():
         if key not in accepted:
             raise ConfigError(f"Unknown parameter {kind}.{key} for {kind} {name!r}. "
-                              f"Valid: {', '.join(accepted) or '(none)'}.{_did_you_mean(key, accepted)}")
+                              f"Valid: {', '.join(accepted) or '(none)'}.{did_you_mean(key, accepted)}")
         check_value(f"{kind}.{key}", value, hints[key], specs.get(f"{kind}.{key}", Spec()))

@@ -17,6 +17,13 @@ def conf_dir() -> Path:
     return CONF_DIR
 
 
+def group_choices_of(defaults: list | None) -> dict[str, str]:
+    """The group choices a config file's defaults list makes (`override /algorithm: x` -> algorithm: x),
+    read from plain YAML (no composition)."""
+    return {key.removeprefix("override ").strip().lstrip("/"): value
+            for entry in defaults or [] if isinstance(entry, dict) for key, value in entry.items()}
+
+
 def register_resolvers() -> None:
     """`${pid:}` in hydra.run.dir: runs started in the same second get folders of their own."""
     from omegaconf import OmegaConf
@@ -26,16 +33,52 @@ def register_resolvers() -> None:
 
 
 def compose(overrides: list[str] | tuple[str, ...] = (), checked: bool = False,
-            return_hydra_config: bool = False) -> DictConfig:
-    """The config `fedbench run OVERRIDES` would run. With `checked`, the command line is first
-    checked as `fedbench run` checks it (config.preflight: one ConfigError before any work)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
+            return_hydra_config: bool = False, directory: Path | None = None) -> DictConfig:
+    """The config `fedbench run OVERRIDES` would run, from `directory` (default: conf_dir()); Hydra's
+    composition errors become one ConfigError line. With `checked`, the command line is first checked
+    as `fedbench run` checks it (config.preflight: one ConfigError before any work)."""
+    directory = directory or conf_dir()
     register_resolvers()
     if checked:
         from fedbench.config.preflight import preflight
 
-        preflight(conf_dir(), list(overrides))
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
-        return hydra_compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+        preflight(directory, list(overrides))
+    return _composed(directory, list(overrides), return_hydra_config)
+
+
+def _composed(directory: Path, overrides: list[str], with_hydra: bool) -> DictConfig:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import ConfigCompositionException, MissingConfigException
+
+    from fedbench.core.errors import ConfigError
+
+    try:
+        with initialize_config_dir(config_dir=str(directory), version_base=None):
+            return hydra_compose("config", overrides=overrides, return_hydra_config=with_hydra)
+    except MissingConfigException as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    except ConfigCompositionException as exc:
+        cause = exc.__cause__ or exc
+        if "not in struct" in str(cause) and getattr(cause, "full_key", None):
+            _not_in_config(directory, overrides, cause.full_key)
+        raise ConfigError(f"{str(exc).splitlines()[0]} ({str(cause).splitlines()[0]})") from None
+    except ValueError as exc:  # e.g. engine=null: a group that cannot be left out
+        raise ConfigError(f"cannot compose the config: {exc}") from None
+
+
+def _not_in_config(directory: Path, overrides: list[str], key: str) -> None:
+    """An override of a key the composed config lacks: added (+key=value), the key is checked like
+    any other (an unknown one gets its did-you-mean); a known one only needs the `+`."""
+    from fedbench.config.validate import validate
+    from fedbench.core.errors import ConfigError
+
+    item = next((o for o in overrides if o.split("=", 1)[0] == key), None)
+    if item is None:
+        return
+    try:
+        cfg = _composed(directory, [f"+{o}" if o is item else o for o in overrides], False)
+    except ConfigError:
+        return
+    validate(cfg)
+    raise ConfigError(f"{key} is not in this config (its group's file does not set it): add it with +{item}")

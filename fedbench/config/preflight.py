@@ -55,6 +55,7 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
     composed once (the first with Hydra's settings, for the output folder) and validated once."""
     from hydra.errors import OverrideParseException
 
+    from fedbench.config.compose import compose
     from fedbench.config.validate import validate
 
     overrides = hydra_overrides(argv)
@@ -86,44 +87,10 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
                 if value not in choices:
                     raise unknown_choice(key, value, choices)
         first = number == 0
-        cfg = compose_job(conf_dir, [*job, *search, *(placement if first else [])], with_hydra=first)
+        cfg = compose([*job, *search, *(placement if first else [])], return_hydra_config=first, directory=conf_dir)
         if first:
             check_output_dir(cfg, multirun)
         validate(cfg)
-
-
-def compose_job(conf_dir: Path, overrides: list[str], with_hydra: bool = False):
-    """A job's config, with Hydra's composition errors as one ConfigError line."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import ConfigCompositionException, MissingConfigException
-    try:
-        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
-            return compose("config", overrides=overrides, return_hydra_config=with_hydra)
-    except MissingConfigException as exc:
-        raise ConfigError(str(exc).splitlines()[0]) from None
-    except ConfigCompositionException as exc:
-        cause = exc.__cause__ or exc
-        if "not in struct" in str(cause) and getattr(cause, "full_key", None):
-            not_in_config(conf_dir, overrides, cause.full_key)
-        raise ConfigError(f"{str(exc).splitlines()[0]} ({str(cause).splitlines()[0]})") from None
-    except ValueError as exc:  # e.g. engine=null: a group that cannot be left out
-        raise ConfigError(f"cannot compose the config: {exc}") from None
-
-
-def not_in_config(conf_dir: Path, overrides: list[str], key: str) -> None:
-    """An override of a key the composed config lacks: added (+key=value), the key is checked like
-    any other (an unknown one gets its did-you-mean); a known one only needs the `+`."""
-    from fedbench.config.validate import validate
-
-    item = next((o for o in overrides if o.split("=", 1)[0] == key), None)
-    if item is None:
-        return
-    try:
-        cfg = compose_job(conf_dir, [f"+{o}" if o is item else o for o in overrides])
-    except ConfigError:
-        return
-    validate(cfg)
-    raise ConfigError(f"{key} is not in this config (its group's file does not set it): add it with +{item}")
 
 
 def check_output_value(placement: list[str]) -> None:

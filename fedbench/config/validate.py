@@ -19,7 +19,7 @@ from fedbench.algorithms import load_all
 from fedbench.algorithms.base import Algorithm
 from fedbench.config.checker import check_group, check_section
 from fedbench.config.schema import GROUPS, PARAMETER_SPECS, RunConfig
-from fedbench.core.errors import ConfigError, check, unknown_choice
+from fedbench.core.errors import ConfigError, check
 from fedbench.data import DATASETS, PARTITIONS
 from fedbench.models import MODELS
 
@@ -43,8 +43,9 @@ def resolved(cfg: DictConfig) -> dict[str, Any]:
 
 
 def fingerprint(cfg: DictConfig) -> str:
-    """The config as written (interpolations unresolved, Hydra's settings left out): equal
-    fingerprints are the same run config."""
+    """The config as written (interpolations unresolved, Hydra's settings left out, shorthands written
+    out as the run records them): equal fingerprints are the same run config."""
+    cfg = written_out(cfg)
     raw = {k: OmegaConf.to_container(v, resolve=False) if OmegaConf.is_config(v) else v
            for k, v in cfg.items_ex(resolve=False) if k != "hydra"}
     return json.dumps(raw, sort_keys=True, default=str)
@@ -113,10 +114,7 @@ def written_out(cfg: DictConfig) -> DictConfig:
     value = OmegaConf.select(cfg, "algorithm.server_opt")
     if not isinstance(value, str):
         return cfg
-    if value not in server_opt.SERVER_OPTIMIZERS:
-        raise unknown_choice("algorithm.server_opt", value, server_opt.SERVER_OPTIMIZERS)
     cfg = cfg.copy()
     with open_dict(cfg):
-        written = server_opt.defaults(value)  # name first, then the keys as the variant files list them
-        cfg.algorithm.server_opt = {"name": value, **dict(sorted((k, v) for k, v in written.items() if k != "name"))}
+        cfg.algorithm.server_opt = server_opt.full_mapping(value)
     return cfg

@@ -38,11 +38,13 @@ class DivergenceError(FedbenchError):
 def unknown_choice(kind: str, value: object, choices: Iterable[str]) -> ConfigError:
     """'Unknown algorithm 'scafold'. Available: ... Did you mean 'scaffold'?'"""
     choices = sorted(choices)
-    msg = f"Unknown {kind} {value!r}. Available: {', '.join(choices)}."
-    close = difflib.get_close_matches(str(value), choices, n=1)
-    if close:
-        msg += f" Did you mean {close[0]!r}?"
-    return ConfigError(msg)
+    return ConfigError(f"Unknown {kind} {value!r}. Available: {', '.join(choices)}.{did_you_mean(value, choices)}")
+
+
+def did_you_mean(value: object, choices: Iterable[str]) -> str:
+    """' Did you mean 'scaffold'?' for the closest choice, or '' when none is close."""
+    close = difflib.get_close_matches(str(value), list(choices), n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 def check(condition: bool, message: str) -> None:

@@ -184,7 +184,7 @@ def run_round(fed: Federation, state: RunState) -> tuple[float, float]:
     algo = fed.algorithm
     received = client_round(fed, state)
     state.server = algo.aggregate(state.server, received.up, received.cohort)
-    floats_down = len(received.steps) * _numel(received.down, algo.metadata_keys)
+    floats_down = len(received.cohort.ids) * _numel(received.down, algo.metadata_keys)
     floats_up = _numel(received.up, algo.metadata_keys)
     if received.prepared is not None:
         floats_up += _numel(received.prepared, algo.metadata_keys)

@@ -13,7 +13,7 @@ import pandas as pd
 import yaml
 from omegaconf import DictConfig
 
-from fedbench.config.compose import compose, conf_dir
+from fedbench.config.compose import compose, conf_dir, group_choices_of
 from fedbench.core.errors import ConfigError, DataUnavailableError, FedbenchError, report_error
 from fedbench.reproduce.entry import Arm, Claim, Reproduction, Scale
 from fedbench.reproduce.compare import RunResult, aggregate, comparison, to_csv_frame, to_markdown
@@ -45,14 +45,9 @@ def preset_groups(preset: str) -> dict[str, str]:
     path = conf_dir() / "experiment" / f"{preset}.yaml"
     groups: dict[str, str] = {}
     while path.exists():
-        data = yaml.safe_load(path.read_text()) or {}
-        parent = None
-        for item in data.get("defaults", []):
-            if isinstance(item, dict):
-                for key, value in item.items():
-                    groups.setdefault(key.replace("override ", "").strip().lstrip("/"), value)
-            elif isinstance(item, str) and item != "_self_":
-                parent = item
+        defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults", [])
+        groups = {**group_choices_of(defaults), **groups}  # the extending preset's choices win
+        parent = next((item for item in defaults if isinstance(item, str) and item != "_self_"), None)
         if parent is None:
             break
         path = conf_dir() / "experiment" / f"{parent}.yaml"
@@ -64,16 +59,14 @@ def scale_groups(scale: Scale) -> dict[str, str]:
     path = conf_dir() / "scale" / f"{scale.config}.yaml"
     if not scale.config or not path.exists():
         return {}
-    data = yaml.safe_load(path.read_text()) or {}
-    return {key.replace("override ", "").strip().lstrip("/"): value
-            for item in data.get("defaults", []) if isinstance(item, dict) for key, value in item.items()}
+    return group_choices_of((yaml.safe_load(path.read_text()) or {}).get("defaults"))
 
 
 def arm_choices(rep: Reproduction, scale: Scale, group: str) -> set[str]:
     """Every choice of a config group (algorithm, dataset, ...) the scale's arms use."""
-    found = set()
+    found, scale_choice = set(), scale_groups(scale).get(group)
     for arm in scale.arms:
-        choice = scale_groups(scale).get(group) or preset_groups(arm.preset or rep.preset_path).get(group)
+        choice = scale_choice or preset_groups(arm.preset or rep.preset_path).get(group)
         for item in arm.overrides:
             key, _, value = item.partition("=")
             if key == group:

@@ -27,7 +27,7 @@ def test_fedavg_variants_write_out_their_server_optimisers_defaults(variant):
     """fedavg/<variant> is fedavg.yaml with the server optimiser's paper defaults (server_opt.py)."""
     yaml = params_of(make_cfg(f"algorithm=fedavg/{variant}").algorithm)
     name = {"avgm": "momentum"}.get(variant, variant)
-    assert yaml == {**params_of(make_cfg("algorithm=fedavg").algorithm), "server_opt": server_opt.defaults(name)}
+    assert yaml == {**params_of(make_cfg("algorithm=fedavg").algorithm), "server_opt": server_opt.full_mapping(name)}
 
 
 def test_renamed_choices_point_at_existing_files():
