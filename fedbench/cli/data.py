@@ -14,7 +14,7 @@ def client_label_counts(overrides: list[str]):
     """(config, dataset, parts, counts [N, C]) for the data set and partition the overrides select."""
     import numpy as np
     from fedbench.config.compose import compose
-    from fedbench.config.validate import params_of
+    from fedbench.config.validate import params_of, partition_of
     from fedbench.data import DATASETS, make_partition
 
     cfg = compose(overrides, checked=True)  # unknown names and bad values: one clear ConfigError
@@ -25,7 +25,8 @@ def client_label_counts(overrides: list[str]):
     labels = dataset.y_train.numpy()
     labels = labels if dataset.task == "classification" else labels.round().astype(int)
     owner = None if dataset.train_owner is None else dataset.train_owner.numpy()
-    parts = make_partition(cfg.partition.name, labels, cfg.num_clients, cfg.seed, owner=owner, **params_of(cfg.partition))
+    split_seed, split_params = partition_of(cfg)
+    parts = make_partition(cfg.partition.name, labels, cfg.num_clients, split_seed, owner=owner, **split_params)
     width = max(int(labels.max()) + 1, dataset.num_classes)
     counts = np.stack([np.bincount(labels[p], minlength=width) for p in parts])
     return cfg, dataset, parts, counts
@@ -103,6 +104,7 @@ def show(
     """
     import numpy as np
 
+    from fedbench.config.validate import partition_of
     from fedbench.data import fingerprint
     from fedbench.core.errors import check, check_output_file
 
@@ -116,7 +118,7 @@ def show(
     cfg, dataset, parts, counts = client_label_counts(list(ctx.args))
     sizes = counts.sum(1)
     fp = fingerprint(parts)
-    typer.echo(f"dataset={cfg.dataset.name} partition={cfg.partition.name} clients={len(parts)} seed={cfg.seed} "
+    typer.echo(f"dataset={cfg.dataset.name} partition={cfg.partition.name} clients={len(parts)} seed={partition_of(cfg)[0]} "
                f"fingerprint={fp}")
     distinct = len(np.unique(np.concatenate(parts)))  # some splits (dirichlet_balanced) reuse samples
     typer.echo(f"train samples assigned: {int(sizes.sum())} ({distinct} distinct) of {len(dataset.y_train)}; "
@@ -132,7 +134,7 @@ def show(
         typer.echo(f"... {len(parts) - len(shown)} more (--rows 0 lists all)")
     path = out or Path("outputs") / "partitions" / f"{cfg.dataset.name}_{cfg.partition.name}_{len(parts)}_{fp}.png"
     skew = ", ".join(f"{k}={cfg.partition[k]}" for k in ("alpha", "c", "k", "shards_per_client") if k in cfg.partition)
-    title = f"{cfg.dataset.name}, {cfg.partition.name}{f' ({skew})' if skew else ''}, {len(parts)} clients, seed {cfg.seed}"
+    title = f"{cfg.dataset.name}, {cfg.partition.name}{f' ({skew})' if skew else ''}, {len(parts)} clients, seed {partition_of(cfg)[0]}"
     names = CLASS_NAMES.get(cfg.dataset.name) if dataset.task == "classification" else None
     if style == "bars":
         save_stacked_bars(counts, path, title, names)

@@ -104,7 +104,7 @@ class RunConfig:
 # (not settable in the config), and the keys a group's yaml may hold beyond the parameters.
 GROUPS: dict[str, tuple[int, tuple[str, ...]]] = {
     "dataset": (0, ("name",)),
-    "partition": (3, ("name",)),  # labels, num_clients, rng
+    "partition": (3, ("name", "seed")),  # labels, num_clients, rng; seed: the split's own seed
     "model": (2, ("name",)),  # input_shape, num_classes
     "algorithm": (0, ("name", "imposes")),  # imposes: the run settings the file sets (documentation)
 }
@@ -112,4 +112,5 @@ GROUPS: dict[str, tuple[int, tuple[str, ...]]] = {
 # Ranges of group parameters, for every entry of the group that has the parameter.
 PARAMETER_SPECS: dict[str, Spec] = {
     "partition.alpha": Spec(gt=0, hint="large alpha approaches an IID split; partition=iid is the limit"),
+    "partition.seed": Spec(ge=0, hint="the split's own seed, fixed by default so that runs of different seeds share it"),
 }

@@ -33,6 +33,15 @@ def params_of(group: DictConfig | dict) -> dict[str, Any]:
     return d
 
 
+def partition_of(cfg: DictConfig) -> tuple[int, dict[str, Any]]:
+    """(the split's seed, the partitioner's parameters): partition.seed is the split's own seed,
+    apart from the run's `seed` so that runs of several seeds share one split (the batched
+    launcher's lanes); partition.seed=${seed} draws a split per seed."""
+    params = params_of(cfg.partition)
+    seed = params.pop("seed", None)
+    return int(cfg.seed if seed is None else seed), params
+
+
 def resolved(cfg: DictConfig) -> dict[str, Any]:
     """The run's config as plain values (Hydra's own settings left out)."""
     try:

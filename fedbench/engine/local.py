@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from fedbench.core.types import Batch
@@ -53,12 +54,15 @@ class ClientData:
     def num_clients(self) -> int:
         return self.index.shape[0]
 
-    def blocks(self, num_blocks: int) -> tuple[Tensor, Tensor]:
-        """LoSAC's M fixed local data blocks: each client's indices shuffled once (seeded) and
-        array_split into M parts. Returns (block_index [N, M, b_max], block_size [N, M])."""
-        if num_blocks not in self._blocks:
+    def blocks(self, num_blocks: int, seed: int | None = None) -> tuple[Tensor, Tensor]:
+        """LoSAC's M fixed local data blocks: each client's indices shuffled once (by the run's seed,
+        `self.seed` unless given) and array_split into M parts. Returns (block_index [N, M, b_max],
+        block_size [N, M])."""
+        seed = self.seed if seed is None else seed
+        key = num_blocks if seed == self.seed else (num_blocks, seed)
+        if key not in self._blocks:
             n_max = self.index.shape[1]
-            keys = hash_keys(self.seed, -1, torch.arange(self.num_clients)[:, None], TAG_BLOCK, torch.arange(n_max))
+            keys = hash_keys(seed, -1, torch.arange(self.num_clients)[:, None], TAG_BLOCK, torch.arange(n_max))
             keys = torch.where(torch.arange(n_max) < self.size.cpu()[:, None], keys, _PAD_KEY)
             shuffled = torch.gather(self.index.cpu(), 1, keys.argsort(dim=1, stable=True))
             sizes = torch.zeros(self.num_clients, num_blocks, dtype=torch.int64)
@@ -71,8 +75,8 @@ class ClientData:
                 for j, piece in enumerate(torch.tensor_split(shuffled[i, :n], num_blocks)):
                     block_index[i, j, : len(piece)] = piece
                     sizes[i, j] = len(piece)
-            self._blocks[num_blocks] = (block_index.to(self.x.device), sizes.to(self.x.device))
-        return self._blocks[num_blocks]
+            self._blocks[key] = (block_index.to(self.x.device), sizes.to(self.x.device))
+        return self._blocks[key]
 
 
 @dataclass
@@ -122,6 +126,9 @@ class LocalWork:
     batch_size: int
     epochs: Tensor | None  # [s] local epochs (epoch mode), or None
     local_steps: int | None  # fixed local steps (step mode), or None
+    # [s] each client's run seed when the chunk holds clients of several runs (engine.loop's lanes:
+    # a grid trained as one program); None: every client's streams use data.seed
+    seeds: Tensor | None = None
     _schedule: _Schedule | None = field(default=None, repr=False)
 
     def __post_init__(self):
@@ -134,6 +141,14 @@ class LocalWork:
         # Host copies: each step's batch width is known without a device sync.
         self._host = [v.cpu() for v in (self.sizes, self.per_batch, self.steps_per_epoch, self.steps)]
         self._rows: dict[int, Tensor] = {}  # working clients' rows, by their number
+
+    def _seed(self, dims: int, rows: Tensor | None = None) -> int | Tensor:
+        """The seed part of a stream key: data.seed, or the clients' own seeds shaped [s, 1, ...]
+        (`dims` dimensions) when the chunk mixes runs; `rows` selects clients."""
+        if self.seeds is None:
+            return self.data.seed
+        seeds = self.seeds if rows is None else self.seeds[rows]
+        return seeds.view(-1, *([1] * (dims - 1)))
 
     # -- schedule ----------------------------------------------------------------------------
     @property
@@ -171,7 +186,7 @@ class LocalWork:
         batch = Batch(self.data.x[idx], self.data.y[idx], w, block.uniform[k], rows)
         if self.data.transform is not None:
             pos = start[:, None] + torch.arange(width, device=self.ids.device)
-            keys = hash_keys(self.data.seed, self.round, ids[:, None], TAG_AUGMENT, t, pos, device=self.ids.device)
+            keys = hash_keys(self._seed(2, rows), self.round, ids[:, None], TAG_AUGMENT, t, pos, device=self.ids.device)
             batch.x = self.data.transform(batch.x, keys)
         return batch
 
@@ -235,7 +250,7 @@ class LocalWork:
         epochs = torch.arange(first_epoch, last_epoch + 1, device=dev)
         positions = torch.arange(n_max, device=dev)
         keys = hash_keys(
-            self.data.seed, self.round, self.ids[:, None, None], TAG_SHUFFLE, epochs[None, :, None], positions,
+            self._seed(3), self.round, self.ids[:, None, None], TAG_SHUFFLE, epochs[None, :, None], positions,
             device=dev,
         )
         keys = torch.where(positions < self.sizes[:, None, None], keys, _PAD_KEY)
@@ -253,9 +268,14 @@ class LocalWork:
     def block_batch(self, j: Tensor, num_blocks: int) -> Batch:
         """Block j[s] of each client's M fixed blocks, weighted so that the gradient is
         g_{i,j} = M * grad f_{i,j} (LoSAC §1.4): an unbiased estimate of grad f_i."""
-        block_index, block_size = self.data.blocks(num_blocks)
-        idx = block_index[self.ids, j]  # [s, b_max]
-        size = block_size[self.ids, j]  # [s]
+        if self.seeds is None:
+            block_index, block_size = self.data.blocks(num_blocks)
+            idx, size = block_index[self.ids, j], block_size[self.ids, j]  # [s, b_max], [s]
+        else:  # each run's own blocks
+            pieces = [self.data.blocks(num_blocks, int(seed)) for seed in self.seeds.tolist()]
+            b_max = max(bi.shape[2] for bi, _ in pieces)
+            idx = torch.stack([F.pad(bi[i, jj], (0, b_max - bi.shape[2])) for (bi, _), i, jj in zip(pieces, self.ids, j)])
+            size = torch.stack([bs[i, jj] for (_, bs), i, jj in zip(pieces, self.ids, j)])
         valid = torch.arange(idx.shape[1], device=idx.device) < size[:, None]
         w = valid * (num_blocks / self._scale_denominator())[:, None]
         return Batch(self.data.x[idx], self.data.y[idx], w.to(self.data.x.dtype))
@@ -295,7 +315,7 @@ class LocalWork:
 
     def uniform(self, *tags: int) -> Tensor:
         """Per-client uniforms in [0, 1) for algorithm-side randomness (e.g. E_i draws)."""
-        return uniform(self.data.seed, self.round, self.ids, TAG_ALGO, *tags, device=self.ids.device)
+        return uniform(self._seed(1), self.round, self.ids, TAG_ALGO, *tags, device=self.ids.device)
 
     def randint(self, high: int, *tags: int) -> Tensor:
         """Per-client integers uniform in {0..high-1}."""

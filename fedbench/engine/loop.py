@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -136,53 +137,163 @@ class ClientRound:
     steps: list[int]  # local steps per client, in cohort order
 
 
+def mixing_key(fed: Federation) -> tuple:
+    """Runs (lanes) with equal keys may share a chunk: the same hyperparameters, so that one client
+    update serves them all; they may differ in the seed (cohorts, minibatches, draws, x0)."""
+    algo, setting = fed.algorithm, fed.algorithm.setting
+    fields = tuple((f.name, repr(getattr(algo, f.name))) for f in dataclasses.fields(algo) if f.name != "setting")
+    return type(algo), fields, setting.eta_l, setting.eta_l_decay, setting.eta_g
+
+
 def client_round(fed: Federation, state: RunState, ids: list[int] | None = None) -> ClientRound:
     """The client half of round state.round: sample the cohort (or take `ids`), broadcast, train it in
     chunks of similar work, and collect the uploads in cohort order; the clients' own state is
     updated in place on `state`. The server state is left to the caller (run_round aggregates)."""
-    algo, r = fed.algorithm, state.round
-    if ids is None:
-        ids = sample_cohort(fed.seed, r, fed.clients.num_clients, fed.clients_per_round).tolist()
-    ids_t = torch.tensor(ids, device=fed.device)
-    sizes = fed.clients.size[ids_t]
-    weights = sizes.double() / sizes.sum() if fed.aggregation == "num_samples" else torch.full((len(ids),), 1.0 / len(ids), dtype=torch.float64, device=fed.device)
-    cohort = Cohort(round=r, ids=ids_t, sizes=sizes, weights=weights)
-    down = algo.broadcast(state.server, r)
-    lr = algo.setting.local_lr(r)
-    epochs = None if fed.local_epochs is None else torch.full((len(ids),), fed.local_epochs)
-    steps = step_schedule(sizes.cpu(), fed.batch_size, epochs, fed.local_steps)[2].tolist()
-    spread = work_spread(fed.flat.dim) if fed.group_by_work else math.inf
-    groups = work_groups(steps, fed.client_chunk, spread)
-    chunks = [([ids[i] for i in group], local_work(fed, ids_t[torch.tensor(group, device=fed.device)], r, lr))
-              for group in groups]
-    # the chunks' uploads, concatenated, are in `order`; `restore` puts them back in cohort order
-    order = [i for group in groups for i in group]
-    restore = None if order == sorted(order) else torch.tensor(order, device=fed.device).argsort()
+    return lanes_client_round([fed], [state], None if ids is None else [ids])[0]
 
-    def client_state(chunk: list[int]) -> State:
-        return {name: t.gather(chunk, fed.device) for name, t in state.tables.items()}
 
-    def in_cohort_order(uploads: list[State]) -> State:
-        up = _concat(uploads)
-        return up if restore is None else {k: v[restore] for k, v in up.items()}
+def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list[list[int]] | None = None
+                       ) -> list[ClientRound]:
+    """client_round of several runs (lanes) at the same round, sharing their clients' data: the
+    cohorts of lanes with the same hyperparameters (`mixing_key`) are trained together in chunks
+    of similar work, each client with its own run's seed, broadcast and client state. Clients are
+    independent in a client update, so every lane gets what it would get alone."""
+    fed0, r = feds[0], states[0].round
+    lanes = []
+    for k, (fed, state) in enumerate(zip(feds, states)):
+        algo = fed.algorithm
+        lane_ids = sample_cohort(fed.seed, r, fed.clients.num_clients, fed.clients_per_round).tolist() \
+            if ids is None else ids[k]
+        ids_t = torch.tensor(lane_ids, device=fed.device)
+        sizes = fed.clients.size[ids_t]
+        weights = sizes.double() / sizes.sum() if fed.aggregation == "num_samples" else \
+            torch.full((len(lane_ids),), 1.0 / len(lane_ids), dtype=torch.float64, device=fed.device)
+        epochs = None if fed.local_epochs is None else torch.full((len(lane_ids),), fed.local_epochs)
+        steps = step_schedule(sizes.cpu(), fed.batch_size, epochs, fed.local_steps)[2].tolist()
+        lanes.append(_Lane(fed, state, lane_ids, ids_t, Cohort(round=r, ids=ids_t, sizes=sizes, weights=weights),
+                           algo.broadcast(state.server, r), algo.setting.local_lr(r), steps))
+    classes: dict[tuple, list[int]] = {}
+    for k, fed in enumerate(feds):
+        classes.setdefault(mixing_key(fed) if len(feds) > 1 else (), []).append(k)
+    chunks: list[list[tuple[int, int]]] = []  # (lane, position in its cohort) of each chunk's clients
+    for members in classes.values():
+        rows = [(k, p) for k in members for p in range(len(lanes[k].ids))]
+        spread = work_spread(fed0.flat.dim) if fed0.group_by_work else math.inf
+        chunks += [[rows[i] for i in group]
+                   for group in work_groups([lanes[k].steps[p] for k, p in rows], fed0.client_chunk, spread)]
+    works = [_chunk_work(lanes, chunk) for chunk in chunks]
 
     prepared = None
-    if algo.two_phase:  # Mime, FedDANE: the clients' first uploads shape a second broadcast
-        prepared = in_cohort_order([algo.prepare(down, client_state(chunk), work) for chunk, work in chunks])
-        down = algo.rebroadcast(state.server, down, prepared, cohort)
+    if any(lane.fed.algorithm.two_phase for lane in lanes):  # Mime, FedDANE: a second broadcast
+        firsts = [lanes[chunk[0][0]].fed.algorithm.prepare(_chunk_down(lanes, chunk), _chunk_state(lanes, chunk), work)
+                  for chunk, work in zip(chunks, works)]
+        prepared = _by_lane(lanes, chunks, firsts)
+        for lane, first in zip(lanes, prepared):
+            lane.down = lane.fed.algorithm.rebroadcast(lane.state.server, lane.down, first, lane.cohort)
     uploads: list[State] = []
-    for chunk, work in chunks:
-        up, new_client = algo.client_update(down, client_state(chunk), work)
-        for name, values in new_client.items():
-            state.tables[name].scatter(chunk, values)
+    for chunk, work in zip(chunks, works):
+        up, new_client = lanes[chunk[0][0]].fed.algorithm.client_update(
+            _chunk_down(lanes, chunk), _chunk_state(lanes, chunk), work)
+        for k in sorted({k for k, _ in chunk}):
+            at = [j for j, (kk, _) in enumerate(chunk) if kk == k]
+            sel = None if len(at) == len(chunk) else torch.tensor(at, device=fed0.device)
+            lane_ids = [lanes[k].ids[chunk[j][1]] for j in at]
+            for name, values in new_client.items():
+                lanes[k].state.tables[name].scatter(lane_ids, values if sel is None else values[sel])
         uploads.append(up)
-    return ClientRound(cohort, down, prepared, in_cohort_order(uploads), lr, steps)
+    ups = _by_lane(lanes, chunks, uploads)
+    return [ClientRound(lane.cohort, lane.down, None if prepared is None else prepared[k], ups[k], lane.lr, lane.steps)
+            for k, lane in enumerate(lanes)]
+
+
+@dataclass
+class _Lane:
+    """One run's part of a round: its cohort, broadcast, step size and clients' step counts."""
+
+    fed: Federation
+    state: RunState
+    ids: list[int]
+    ids_t: Tensor
+    cohort: Cohort
+    down: State
+    lr: float
+    steps: list[int]
+
+
+def _chunk_work(lanes: list[_Lane], chunk: list[tuple[int, int]]) -> LocalWork:
+    fed = lanes[chunk[0][0]].fed
+    device = fed.device
+    ids = torch.tensor([lanes[k].ids[p] for k, p in chunk], device=device)
+    work = local_work(fed, ids, lanes[chunk[0][0]].cohort.round, lanes[chunk[0][0]].lr)
+    seeds = [lanes[k].fed.seed for k, _ in chunk]
+    if any(seed != fed.clients.seed for seed in seeds):  # a lane's streams use its own seed
+        work.seeds = torch.tensor(seeds, dtype=torch.int64, device=device)
+    return work
+
+
+def _chunk_down(lanes: list[_Lane], chunk: list[tuple[int, int]]) -> State:
+    """The broadcast each client of the chunk received: one lane's as it is; entries that differ
+    between lanes stacked per client ([s, ...]; a scalar as [s, 1])."""
+    members = sorted({k for k, _ in chunk})
+    first = lanes[members[0]].down
+    if len(members) == 1:
+        return first
+    out = {}
+    for key, value in first.items():
+        if all(torch.equal(value, lanes[k].down[key]) for k in members[1:]):
+            out[key] = value
+        else:
+            out[key] = torch.stack([lanes[k].down[key] for k, _ in chunk])
+            if value.dim() == 0:
+                out[key] = out[key][:, None]
+    return out
+
+
+def _chunk_state(lanes: list[_Lane], chunk: list[tuple[int, int]]) -> State:
+    """The chunk's clients' persistent state, each from its own lane's tables."""
+    fed = lanes[chunk[0][0]].fed
+    members = sorted({k for k, _ in chunk})
+    if len(members) == 1:
+        lane = lanes[members[0]]
+        return {name: t.gather([lane.ids[p] for _, p in chunk], fed.device) for name, t in lane.state.tables.items()}
+    out = {}
+    for name in lanes[members[0]].state.tables:
+        parts = {k: lanes[k].state.tables[name].gather([lanes[k].ids[p] for kk, p in chunk if kk == k], fed.device)
+                 for k in members}
+        seen = {k: 0 for k in members}
+        rows = []
+        for k, _ in chunk:
+            rows.append(parts[k][seen[k]])
+            seen[k] += 1
+        out[name] = torch.stack(rows)
+    return out
+
+
+def _by_lane(lanes: list[_Lane], chunks: list[list[tuple[int, int]]], uploads: list[State]) -> list[State]:
+    """Each lane's part of the chunks' uploads, in its cohort order."""
+    rows = [row for chunk in chunks for row in chunk]
+    up = _concat(uploads)
+    device = lanes[0].fed.device
+    out = []
+    for k, lane in enumerate(lanes):
+        at = sorted((p, j) for j, (kk, p) in enumerate(rows) if kk == k)
+        order = [j for _, j in at]
+        if order == list(range(len(rows))):
+            out.append(up)
+        else:
+            index = torch.tensor(order, device=device)
+            out.append({key: v[index] for key, v in up.items()})
+    return out
 
 
 def run_round(fed: Federation, state: RunState) -> tuple[float, float]:
     """One communication round in place on `state`; returns (floats down, floats up)."""
+    return aggregate_round(fed, state, client_round(fed, state))
+
+
+def aggregate_round(fed: Federation, state: RunState, received: ClientRound) -> tuple[float, float]:
+    """The server half of a round: aggregate the uploads; returns (floats down, floats up)."""
     algo = fed.algorithm
-    received = client_round(fed, state)
     state.server = algo.aggregate(state.server, received.up, received.cohort)
     floats_down = len(received.cohort.ids) * _numel(received.down, algo.metadata_keys)
     floats_up = _numel(received.up, algo.metadata_keys)
@@ -213,43 +324,92 @@ def run(
 ) -> RunState:
     """Run rounds state.round .. fed.rounds-1. `on_round` sees every round's metrics."""
     state = state or initial_state(fed)
-    data = fed.dataset
-    warmup = warm_up(fed, state) if state.round < fed.rounds else None
-    while state.round < fed.rounds:
-        t0 = time.perf_counter()
-        down, up = run_round(fed, state)
-        state.floats_down += down
-        state.floats_up += up
-        state.round += 1
-        x = fed.algorithm.model(state.server)
-        if not bool(torch.isfinite(x).all()):
-            raise DivergenceError(state.round, "non-finite model parameters")
-        state.wall_time += time.perf_counter() - t0
-        metrics: dict[str, float] = {
-            "floats_down": state.floats_down,
-            "floats_up": state.floats_up,
-            "wall_time": state.wall_time,
-            **fed.algorithm.metrics(state.server),
-        }
-        if warmup is not None:  # this process's one-off start-up of the kernels, apart from wall_time
-            metrics["warmup_time"], warmup = warmup, None
-        t0 = time.perf_counter()
-        last = state.round == fed.rounds
-        if fed.eval_every and (state.round % fed.eval_every == 0 or last):
-            for k, v in evaluate(fed.flat, x, data.x_test, data.y_test, data.task, fed.eval_batch).items():
-                metrics[f"test_{k}"] = v
-            if data.model_metrics is not None:
-                metrics.update(data.model_metrics(x))
-        if fed.train_loss_every and (state.round % fed.train_loss_every == 0 or last):
-            for k, v in evaluate(fed.flat, x, data.x_train, data.y_train, data.task, fed.eval_batch).items():
-                metrics[f"train_{k}"] = v
-        state.eval_time += time.perf_counter() - t0
-        metrics["eval_time"] = state.eval_time
-        for k in ("test_loss", "train_loss"):
-            if k in metrics and not math.isfinite(metrics[k]):
-                raise DivergenceError(state.round, f"non-finite {k.replace('_', ' ')}")
-        metrics["round"] = state.round
-        state.history.append(metrics)
-        if on_round is not None:
-            on_round(state, metrics)
+
+    def failed(k: int, st: RunState, exc: Exception) -> None:
+        raise exc
+
+    run_lanes([fed], [state], None if on_round is None else (lambda k, st, m: on_round(st, m)), failed)
     return state
+
+
+def run_lanes(
+    feds: list[Federation],
+    states: list[RunState],
+    on_round: Callable[[int, RunState, dict[str, float]], None] | None,
+    on_failure: Callable[[int, RunState, DivergenceError], None],
+) -> None:
+    """Run several runs (lanes) that share their clients' data, round by round: the lanes at the
+    lowest round train together (lanes_client_round), so lanes resumed at later rounds wait for the
+    others to catch up. A lane that diverges is handed to `on_failure` and leaves; the others go on.
+    Each lane's `wall_time` is its share of the rounds it trained in (the round's time over the
+    lanes in it)."""
+    failed: set[int] = set()
+    live = [k for k in range(len(feds)) if states[k].round < feds[k].rounds]
+    warmup = warm_up(feds[live[0]], states[live[0]]) if live else None
+    while True:
+        live = [k for k in range(len(feds)) if k not in failed and states[k].round < feds[k].rounds]
+        if not live:
+            return
+        r = min(states[k].round for k in live)
+        lanes = [k for k in live if states[k].round == r]
+        t0 = time.perf_counter()
+        received = lanes_client_round([feds[k] for k in lanes], [states[k] for k in lanes])
+        diverged = {}
+        for k, got in zip(lanes, received):
+            fed, state = feds[k], states[k]
+            down, up = aggregate_round(fed, state, got)
+            state.floats_down += down
+            state.floats_up += up
+            state.round += 1
+            if not bool(torch.isfinite(fed.algorithm.model(state.server)).all()):
+                diverged[k] = DivergenceError(state.round, "non-finite model parameters")
+        share = (time.perf_counter() - t0) / len(lanes)
+        for k in lanes:
+            states[k].wall_time += share
+            if k in diverged:
+                failed.add(k)
+                on_failure(k, states[k], diverged[k])
+                continue
+            try:
+                metrics = _round_metrics(feds[k], states[k], warmup)
+            except DivergenceError as exc:
+                failed.add(k)
+                on_failure(k, states[k], exc)
+                continue
+            warmup = None
+            states[k].history.append(metrics)
+            if on_round is not None:
+                on_round(k, states[k], metrics)
+
+
+def _round_metrics(fed: Federation, state: RunState, warmup: float | None) -> dict[str, float]:
+    """The metrics of the round just trained: communication, times, the algorithm's own, and the
+    evaluations due this round (their time apart, as eval_time). Raises DivergenceError on a
+    non-finite loss."""
+    data = fed.dataset
+    x = fed.algorithm.model(state.server)
+    metrics: dict[str, float] = {
+        "floats_down": state.floats_down,
+        "floats_up": state.floats_up,
+        "wall_time": state.wall_time,
+        **fed.algorithm.metrics(state.server),
+    }
+    if warmup is not None:  # this process's one-off start-up of the kernels, apart from wall_time
+        metrics["warmup_time"] = warmup
+    t0 = time.perf_counter()
+    last = state.round == fed.rounds
+    if fed.eval_every and (state.round % fed.eval_every == 0 or last):
+        for k, v in evaluate(fed.flat, x, data.x_test, data.y_test, data.task, fed.eval_batch).items():
+            metrics[f"test_{k}"] = v
+        if data.model_metrics is not None:
+            metrics.update(data.model_metrics(x))
+    if fed.train_loss_every and (state.round % fed.train_loss_every == 0 or last):
+        for k, v in evaluate(fed.flat, x, data.x_train, data.y_train, data.task, fed.eval_batch).items():
+            metrics[f"train_{k}"] = v
+    state.eval_time += time.perf_counter() - t0
+    metrics["eval_time"] = state.eval_time
+    for k in ("test_loss", "train_loss"):
+        if k in metrics and not math.isfinite(metrics[k]):
+            raise DivergenceError(state.round, f"non-finite {k.replace('_', ' ')}")
+    metrics["round"] = state.round
+    return metrics

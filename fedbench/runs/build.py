@@ -10,7 +10,7 @@ import torch
 from omegaconf import DictConfig
 
 from fedbench.core.types import Setting
-from fedbench.config.validate import checked_algorithm, params_of
+from fedbench.config.validate import checked_algorithm, params_of, partition_of
 from fedbench.data import DATASETS, fingerprint, make_partition
 from fedbench.engine.gradients import auto_executor, auto_loop_below, eval_batch_size, make_grad_fn
 from fedbench.engine.local import ClientData, objective_gradient
@@ -55,7 +55,16 @@ def client_chunk(requested: int, cohort: int, dim: int, dtype: torch.dtype, devi
 
 
 def build_federation(cfg: DictConfig) -> tuple[Federation, BuildInfo]:
-    algorithm = checked_algorithm(cfg)  # the config is validated here unless preflight already did
+    return build_lanes([cfg])[0]
+
+
+def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
+    """Federations of runs that differ only in what lanes may differ in (the seed, step sizes and
+    the algorithm's numeric hyperparameters; runs.batched groups them): the data set, its split
+    (partition.seed) and the model are built once and shared; each run has its own algorithm,
+    setting, seed and initial model x0 (drawn with its seed). Chunks hold the lanes' clients."""
+    cfg = cfgs[0]
+    algorithms = [checked_algorithm(c) for c in cfgs]  # each config is validated here unless preflight did
     device = resolve_device(str(cfg.engine.device))
     dataset = DATASETS.get(cfg.dataset.name)(
         root=str(cfg.data.root), download=bool(cfg.data.download), **{
@@ -68,19 +77,24 @@ def build_federation(cfg: DictConfig) -> tuple[Federation, BuildInfo]:
             raise ConfigError(f"data.binary_classes needs a classification data set; {cfg.dataset.name} is {dataset.task}")
         dataset = dataset.to_binary(list(positive))
     owner = None if dataset.train_owner is None else dataset.train_owner.numpy()
+    split_seed, split_params = partition_of(cfg)
     parts = make_partition(
         cfg.partition.name, dataset.y_train.numpy() if dataset.task == "classification" else
-        dataset.y_train.numpy().round().astype(np.int64), cfg.num_clients, cfg.seed, owner=owner,
-        **params_of(cfg.partition),
+        dataset.y_train.numpy().round().astype(np.int64), cfg.num_clients, split_seed, owner=owner, **split_params,
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        try:
-            flat = build_model(cfg.model.name, dataset.input_shape, dataset.num_classes, **params_of(cfg.model))
-        except (ValueError, RuntimeError) as exc:
-            raise ConfigError(f"model {cfg.model.name!r} does not fit data set {cfg.dataset.name!r}: {exc}") from None
     dtype = {"float32": torch.float32, "float64": torch.float64}[str(cfg.engine.dtype)]
-    flat.module.to(device=device, dtype=dtype)
+
+    def model(seed: int):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            try:
+                flat = build_model(cfg.model.name, dataset.input_shape, dataset.num_classes, **params_of(cfg.model))
+            except (ValueError, RuntimeError) as exc:
+                raise ConfigError(f"model {cfg.model.name!r} does not fit data set {cfg.dataset.name!r}: {exc}") from None
+        flat.module.to(device=device, dtype=dtype)
+        return flat
+
+    flat = model(cfg.seed)
     dataset = dataset.cast(dtype)
     x0 = flat.initial_vector().to(device)
     try:  # a shape mismatch between model and data shows on one sample
@@ -98,41 +112,45 @@ def build_federation(cfg: DictConfig) -> tuple[Federation, BuildInfo]:
     )
     sizes = clients.size.double()
     objective_weights = sizes / sizes.sum() if cfg.aggregation == "num_samples" else torch.full_like(sizes, 1 / len(sizes))
-    chunk = client_chunk(int(cfg.engine.client_chunk), cfg.clients_per_round, flat.dim, dtype, device, executor)
-    algorithm.setup(
-        Setting(
-            num_clients=cfg.num_clients,
-            clients_per_round=cfg.clients_per_round,
-            dim=flat.dim,
-            eta_l=float(cfg.eta_l),
-            eta_g=float(cfg.eta_g),
-            eta_l_decay=float(cfg.eta_l_decay),
-            client_sizes=clients.size,
-            device=device,
-            client_weights=objective_weights.to(device) if cfg.aggregation == "num_samples" else None,
-            objective_grad=partial(objective_gradient, clients, weights=objective_weights, chunk=chunk),
-        )
-    )
+    # the chunk rule sees every lane's cohort: on an accelerator all of them train at once
+    chunk = client_chunk(int(cfg.engine.client_chunk), cfg.clients_per_round * len(cfgs), flat.dim, dtype, device, executor)
     state_device = cfg.engine.client_state_device
-    fed = Federation(
-        dataset=dataset,
-        clients=clients,
-        flat=flat,
-        algorithm=algorithm,
-        x0=x0,
-        seed=cfg.seed,
-        rounds=cfg.rounds,
-        clients_per_round=cfg.clients_per_round,
-        batch_size=cfg.batch_size,
-        local_steps=cfg.local_steps,
-        local_epochs=cfg.local_epochs,
-        client_chunk=chunk,
-        eval_every=cfg.eval_every,
-        train_loss_every=cfg.train_loss_every,
-        aggregation=cfg.aggregation,
-        client_state_device=device if state_device == "auto" else torch.device(state_device),
-        device=device,
-        eval_batch=eval_batch_size(cfg.model.name, device),
-    )
     info = BuildInfo(fingerprint(parts), flat.dim, executor, str(device), len(dataset.y_train), len(dataset.y_test))
-    return fed, info
+    out = []
+    for k, (c, algorithm) in enumerate(zip(cfgs, algorithms)):
+        algorithm.setup(
+            Setting(
+                num_clients=c.num_clients,
+                clients_per_round=c.clients_per_round,
+                dim=flat.dim,
+                eta_l=float(c.eta_l),
+                eta_g=float(c.eta_g),
+                eta_l_decay=float(c.eta_l_decay),
+                client_sizes=clients.size,
+                device=device,
+                client_weights=objective_weights.to(device) if c.aggregation == "num_samples" else None,
+                objective_grad=partial(objective_gradient, clients, weights=objective_weights, chunk=chunk),
+            )
+        )
+        fed = Federation(
+            dataset=dataset,
+            clients=clients,
+            flat=flat,
+            algorithm=algorithm,
+            x0=x0 if c.seed == cfg.seed else model(c.seed).initial_vector().to(device),
+            seed=c.seed,
+            rounds=c.rounds,
+            clients_per_round=c.clients_per_round,
+            batch_size=c.batch_size,
+            local_steps=c.local_steps,
+            local_epochs=c.local_epochs,
+            client_chunk=chunk,
+            eval_every=c.eval_every,
+            train_loss_every=c.train_loss_every,
+            aggregation=c.aggregation,
+            client_state_device=device if state_device == "auto" else torch.device(state_device),
+            device=device,
+            eval_batch=eval_batch_size(cfg.model.name, device),
+        )
+        out.append((fed, info))
+    return out

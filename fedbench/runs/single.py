@@ -40,6 +40,8 @@ def config_hash(cfg: DictConfig) -> str:
     container = OmegaConf.to_container(cfg, resolve=True)
     for key in ("hydra", "tracking", "resume"):
         container.pop(key, None)
+    if container.get("partition", {}).get("seed") == container.get("seed"):  # the split before partition.seed
+        container["partition"].pop("seed")  # existed: checkpoints of earlier versions keep their hash
     return hashlib.sha256(OmegaConf.to_yaml(OmegaConf.create(container)).encode()).hexdigest()[:16]
 
 

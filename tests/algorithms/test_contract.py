@@ -8,7 +8,9 @@ federation of unequal clients (float64, partial participation where allowed, min
   (c) k rounds, a checkpoint, a resume and k more rounds give the 2k rounds run straight, bit for bit,
   (d) the floats sent down and up per round are what the method's paper says it sends (SENDS: the
       one datum written per algorithm; an algorithm without one fails),
-  (e) the yaml defaults equal the dataclass defaults.
+  (e) the yaml defaults equal the dataclass defaults,
+  (f) runs trained together as lanes (the batched launcher: other seeds, another step size) each get
+      the rounds they get alone.
 
 A new algorithm is covered by registering it; only its communication count must be added here.
 """
@@ -28,8 +30,8 @@ from tests.problems import LEAST_SQUARES
 from fedbench.algorithms import load_all
 from fedbench.config.validate import params_of
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
-from fedbench.engine.loop import Federation, RunState, initial_state, run
-from fedbench.runs.build import build_federation
+from fedbench.engine.loop import Federation, RunState, initial_state, run, run_lanes
+from fedbench.runs.build import build_federation, build_lanes
 
 REGISTERED = load_all().names()
 # files of the algorithm group that configure a registered algorithm differently (fedavg/adam, fedsso/ref_v1, ...)
@@ -215,6 +217,36 @@ def test_floats_per_round_are_what_the_paper_sends(case):
     for before, after in zip([{"floats_down": 0.0, "floats_up": 0.0}, *history], history):
         sent = (after["floats_down"] - before["floats_down"], after["floats_up"] - before["floats_up"])
         assert sent == (S * down, S * up), f"round {after['round']}: (down, up) = {sent}"
+
+
+def _lane_configs(case: str) -> list:
+    """The case at seeds 0, 1 and 2, the last with half the step size (its own mixing class)."""
+    cfgs = []
+    for seed, scale in ((0, 1.0), (1, 1.0), (2, 0.5)):
+        cfg = copy.deepcopy(_config(case))
+        cfg.seed = seed
+        cfg.eta_l = float(cfg.eta_l) * scale
+        cfgs.append(cfg)
+    return cfgs
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_lanes_trained_together_equal_each_run_alone(case):
+    cfgs = _lane_configs(case)
+    feds = [fed for fed, _ in build_lanes(cfgs)]
+    assert len({id(fed.clients) for fed in feds}) == 1  # one copy of the data, one split
+    states = [initial_state(fed) for fed in feds]
+    failures = []
+    run_lanes(feds, states, None, lambda k, st, exc: failures.append((k, exc)))
+    assert not failures
+    for cfg, got in zip(cfgs, states):
+        alone = _run(build_federation(cfg)[0])
+        _assert_same(got, alone, tol=1e-10)
+        assert [m["round"] for m in got.history] == [m["round"] for m in alone.history]
+        for a, b in zip(got.history, alone.history):
+            for key in a.keys() - {"wall_time", "eval_time", "warmup_time"}:
+                assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-12), key
+    assert not torch.equal(states[0].server[next(iter(states[0].server))], states[1].server[next(iter(states[1].server))])
 
 
 # -- (e) defaults ---------------------------------------------------------------------------------
