@@ -335,12 +335,13 @@ def run(
 def run_lanes(
     feds: list[Federation],
     states: list[RunState],
-    on_round: Callable[[int, RunState, dict[str, float]], None] | None,
+    on_round: Callable[[int, RunState, dict[str, float]], bool | None] | None,
     on_failure: Callable[[int, RunState, DivergenceError], None],
 ) -> None:
     """Run several runs (lanes) that share their clients' data, round by round: the lanes at the
     lowest round train together (lanes_client_round), so lanes resumed at later rounds wait for the
-    others to catch up. A lane that diverges is handed to `on_failure` and leaves; the others go on.
+    others to catch up. A lane that diverges is handed to `on_failure` and leaves, as does a lane
+    whose `on_round` returns False; the others go on.
     Each lane's `wall_time` is its share of the rounds it trained in (the round's time over the
     lanes in it)."""
     failed: set[int] = set()
@@ -378,8 +379,8 @@ def run_lanes(
                 continue
             warmup = None
             states[k].history.append(metrics)
-            if on_round is not None:
-                on_round(k, states[k], metrics)
+            if on_round is not None and on_round(k, states[k], metrics) is False:
+                failed.add(k)
 
 
 def _round_metrics(fed: Federation, state: RunState, warmup: float | None) -> dict[str, float]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fedbench.config.compose import conf_dir, register_resolvers
@@ -21,51 +22,88 @@ HYDRA_FLAGS = """Hydra flags that `fedbench run` passes through:
 `fedbench list` shows the choices of every config group."""
 
 
-def _hydra_task(cfg) -> float:
-    """One Hydra job; returns the sweep objective (tracking.objective; NaN for a failed job)."""
+@dataclass
+class HydraJob:
+    """A Hydra job's place: its output folder, labels and tags (read from HydraConfig in the job)."""
+
+    cfg: object
+    out: Path
+    multirun: bool
+    num: int
+    name: str
+    typed: str  # the overrides as typed
+    tags: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"job {self.num}" if self.multirun else ""
+
+    @property
+    def log_file(self) -> Path:
+        return self.out / f"{self.name}.log"
+
+
+def current_job(cfg) -> HydraJob:
+    """The running Hydra job; clears a FAILED marker a previous attempt left in its folder."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
-
-    from fedbench.runs.single import objective_value, run_job
-    from fedbench.runs.callbacks import FAILED_MARKER
-
     from omegaconf import OmegaConf
+
+    from fedbench.runs.callbacks import FAILED_MARKER
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
-    out = Path(hc.runtime.output_dir)
     # the overrides as typed: `rounds=${oops} rounds=1` is a valid command (the last value wins),
     # and reading its first item as config would resolve ${oops}
     typed = " ".join(OmegaConf.to_container(hc.overrides.task, resolve=False))
-    tags = {"overrides": typed[:5000]}
+    num = hc.job.num if multirun else 0  # unset outside a multirun
+    job = HydraJob(cfg, Path(hc.runtime.output_dir), multirun, num, hc.job.name, typed, {"overrides": typed[:5000]})
     if multirun:
-        tags.update(sweep_dir=str(Path(hc.sweep.dir).resolve()), sweep_job=str(hc.job.num))
-    marker = out / FAILED_MARKER
-    marker.unlink(missing_ok=True)
-    try:
-        label = f"job {hc.job.num}" if multirun else ""
-        summary = run_job(cfg, out, tags=tags, sweep=multirun, label=label, log_file=out / f"{hc.job.name}.log")
-    except KeyboardInterrupt:
-        print(f"error: interrupted; the checkpoint of the last whole round is in {out}; "
-              f"continue with: fedbench resume {out}", file=sys.stderr)
-        raise SystemExit(130) from None
-    except Exception as exc:
-        if isinstance(exc, FedbenchError):
-            report_error(exc)
-            if not multirun:
-                if exc.exit_code == 2 and not cfg.get("resume"):
-                    _discard_untrained(out)
-                raise SystemExit(exc.exit_code) from None
-        elif not multirun:
-            raise
-        else:  # a bug: show it, but let the other jobs of the grid run
-            import traceback
+        job.tags.update(sweep_dir=str(Path(hc.sweep.dir).resolve()), sweep_job=str(hc.job.num))
+    (job.out / FAILED_MARKER).unlink(missing_ok=True)
+    return job
 
-            traceback.print_exc()
-        # the parent process reads these markers (jobs may run in other processes: joblib, Ray)
-        marker.write_text(f"job {hc.job.num} ({typed}): {exc}\n")
-        return float("nan")
+
+def _hydra_task(cfg) -> float:
+    """One Hydra job; returns the sweep objective (tracking.objective; NaN for a failed job)."""
+    from fedbench.runs.single import objective_value, run_job
+
+    job = current_job(cfg)
+    try:
+        summary = run_job(cfg, job.out, tags=job.tags, sweep=job.multirun, label=job.label, log_file=job.log_file)
+    except KeyboardInterrupt:
+        interrupted(job)
+    except Exception as exc:
+        return job_failed(job, exc)
     return objective_value(summary, cfg)
+
+
+def interrupted(job: HydraJob):
+    print(f"error: interrupted; the checkpoint of the last whole round is in {job.out}; "
+          f"continue with: fedbench resume {job.out}", file=sys.stderr)
+    raise SystemExit(130) from None
+
+
+def job_failed(job: HydraJob, exc: Exception) -> float:
+    """Report a failed job: one line for ours (exit at once outside a sweep), a traceback for a bug;
+    in a sweep the other jobs go on and the failure is left as a marker in the job's folder."""
+    from fedbench.runs.callbacks import FAILED_MARKER
+
+    if isinstance(exc, FedbenchError):
+        report_error(exc)
+        if not job.multirun:
+            if exc.exit_code == 2 and not job.cfg.get("resume"):
+                _discard_untrained(job.out)
+            raise SystemExit(exc.exit_code) from None
+    elif not job.multirun:
+        raise exc
+    else:  # a bug: show it, but let the other jobs of the grid run
+        import traceback
+
+        traceback.print_exception(exc)
+    # the parent process reads these markers (jobs may run in other processes: joblib, Ray)
+    (job.out / FAILED_MARKER).write_text(f"job {job.num} ({job.typed}): {exc}\n")
+    return float("nan")
 
 
 def _discard_untrained(run_dir: Path) -> None:

@@ -55,125 +55,167 @@ def run_job(
     in the experiment is not run again (its summary is returned), and an interrupted one
     continues from the checkpoint in the run directory recorded in its `run_dir` tag.
     """
-    from fedbench.tracking.recorder import Recorder
-
-    say = JobOutput(label, log_file, quiet)
     quiet_libraries()
     cfg = written_out(cfg)  # recorded the same however it was typed (shorthands written out)
     if cfg.engine.get("threads"):
         torch.set_num_threads(int(cfg.engine.threads))
     fed, info = build_federation(cfg)  # every config and data error surfaces here, before MLflow
-    recorder = Recorder(cfg)
-    recorder.check_reachable()
-    check_writable(run_dir)
+    job = Job(cfg, run_dir, quiet, tags, sweep, label, log_file)
+    done = job.open(fed, info)
+    if done is not None:
+        return done
+    try:
+        with GracefulInterrupt(quiet) as stop:
+            job.stop = stop
+            run(fed, job.state, job.on_round)
+        job.save()
+    except BaseException as exc:
+        job.failed(exc)
+    return job.finish()
 
-    state = initial_state(fed)
-    checkpoint = run_dir / CHECKPOINT_NAME
-    digest = config_hash(cfg)
-    if sweep and cfg.tracking.get("skip_finished", True):
-        previous = recorder.find_previous(digest)
-        if previous is not None and previous.info.status == "FINISHED":
-            say(f"skipped, this configuration FINISHED as MLflow run {previous.info.run_id} "
-                "(tracking.skip_finished=false runs it again)")
-            return recorder.summary_of(previous)
-        if previous is not None and (Path(previous.data.tags.get("run_dir", "")) / CHECKPOINT_NAME).is_file():
-            run_dir = Path(previous.data.tags["run_dir"])  # continue where the interrupted job wrote
-            checkpoint = run_dir / CHECKPOINT_NAME
-            cfg = OmegaConf.merge(cfg, {"resume": True})
-    resumed_run_id = None
-    if cfg.get("resume") and checkpoint.exists():
-        meta = load_checkpoint(checkpoint, state, fed.device)
-        if meta["config_hash"] != digest:
-            raise FedbenchError(f"{checkpoint} was written by a different config; refusing to resume")
-        resumed_run_id = meta["run_id"]
-        done = recorder.finished_run(resumed_run_id) if state.round >= fed.rounds else None
-        if done is not None:  # nothing left to train or record: never log targets or artifacts twice
-            say(f"MLflow run {resumed_run_id} already FINISHED all {fed.rounds} rounds; nothing to resume")
-            return recorder.summary_of(done)
-        say(f"resuming MLflow run {resumed_run_id} from round {state.round} ({checkpoint})")
-    run_id = recorder.start(
-        {
-            "partition_fingerprint": info.partition_fingerprint,
-            "dataset": cfg.dataset.name,
-            "algorithm": cfg.algorithm.name,
-            "config_hash": digest,
-            "executor": info.executor,
-            "device": info.device,
-            "run_dir": str(run_dir.resolve()),
-            **(tags or {}),
-        },
-        run_id=resumed_run_id,
-        logged_through=state.round,
-    )
-    if label and tags and tags.get("overrides"):
-        say(f"overrides: {tags['overrides']}")
-    say(f"{cfg.algorithm.name} on {cfg.dataset.name} ({info.num_train} train / {info.num_test} test), "
-        f"partition {cfg.partition.name} [{info.partition_fingerprint}], model {cfg.model.name} d={info.dim:,}, "
-        f"{cfg.clients_per_round}/{cfg.num_clients} clients per round, executor {info.executor} on {info.device}")
-    bar = None
-    if not quiet and sys.stderr.isatty():  # a bar on a terminal; plain lines in a log
-        from tqdm import tqdm
 
-        bar = tqdm(total=fed.rounds, initial=state.round, desc=label or "rounds", file=sys.stderr, dynamic_ncols=True)
-    every = int(cfg.tracking.get("checkpoint_every") or 0)
-    line_every = max(1, fed.rounds // 10)
+class Job:
+    """One run's record around its training, however it is trained (alone, or as a lane of a
+    batched group): skip-finished and resume, the MLflow record, checkpoints, progress lines."""
 
-    def on_round(st, metrics):
-        recorder.log_round(metrics)
+    def __init__(self, cfg: DictConfig, run_dir: Path, quiet: bool = False, tags: dict[str, str] | None = None,
+                 sweep: bool = False, label: str = "", log_file: Path | None = None):
+        self.cfg, self.run_dir, self.quiet, self.tags, self.sweep, self.label = cfg, run_dir, quiet, tags, sweep, label
+        self.say = JobOutput(label, log_file, quiet)
+        self.stop: GracefulInterrupt | None = None
+        self.bar = None
+
+    def open(self, fed, info, extra_tags: dict[str, str] | None = None) -> dict[str, Any] | None:
+        """Prepare the record and the state to train from; returns the summary instead when there is
+        nothing to train (a finished configuration skipped in a sweep, a finished run resumed)."""
+        from fedbench.tracking.recorder import Recorder
+
+        cfg, run_dir, say, tags = self.cfg, self.run_dir, self.say, self.tags
+        self.fed = fed
+        self.recorder = recorder = Recorder(cfg)
+        recorder.check_reachable()
+        check_writable(run_dir)
+        self.state = initial_state(fed)
+        self.checkpoint = run_dir / CHECKPOINT_NAME
+        self.digest = digest = config_hash(cfg)
+        if self.sweep and cfg.tracking.get("skip_finished", True):
+            previous = recorder.find_previous(digest)
+            if previous is not None and previous.info.status == "FINISHED":
+                say(f"skipped, this configuration FINISHED as MLflow run {previous.info.run_id} "
+                    "(tracking.skip_finished=false runs it again)")
+                return recorder.summary_of(previous)
+            if previous is not None and (Path(previous.data.tags.get("run_dir", "")) / CHECKPOINT_NAME).is_file():
+                self.run_dir = run_dir = Path(previous.data.tags["run_dir"])  # continue where the interrupted job wrote
+                self.checkpoint = run_dir / CHECKPOINT_NAME
+                cfg = self.cfg = OmegaConf.merge(cfg, {"resume": True})
+        resumed_run_id = None
+        if cfg.get("resume") and self.checkpoint.exists():
+            meta = load_checkpoint(self.checkpoint, self.state, fed.device)
+            if meta["config_hash"] != digest:
+                raise FedbenchError(f"{self.checkpoint} was written by a different config; refusing to resume")
+            resumed_run_id = meta["run_id"]
+            done = recorder.finished_run(resumed_run_id) if self.state.round >= fed.rounds else None
+            if done is not None:  # nothing left to train or record: never log targets or artifacts twice
+                say(f"MLflow run {resumed_run_id} already FINISHED all {fed.rounds} rounds; nothing to resume")
+                return recorder.summary_of(done)
+            say(f"resuming MLflow run {resumed_run_id} from round {self.state.round} ({self.checkpoint})")
+        self.run_id = recorder.start(
+            {
+                "partition_fingerprint": info.partition_fingerprint,
+                "dataset": cfg.dataset.name,
+                "algorithm": cfg.algorithm.name,
+                "config_hash": digest,
+                "executor": info.executor,
+                "device": info.device,
+                "run_dir": str(run_dir.resolve()),
+                **(tags or {}),
+                **(extra_tags or {}),
+            },
+            run_id=resumed_run_id,
+            logged_through=self.state.round,
+        )
+        if self.label and tags and tags.get("overrides"):
+            say(f"overrides: {tags['overrides']}")
+        say(f"{cfg.algorithm.name} on {cfg.dataset.name} ({info.num_train} train / {info.num_test} test), "
+            f"partition {cfg.partition.name} [{info.partition_fingerprint}], model {cfg.model.name} d={info.dim:,}, "
+            f"{cfg.clients_per_round}/{cfg.num_clients} clients per round, executor {info.executor} on {info.device}")
+        if not self.quiet and sys.stderr.isatty():  # a bar on a terminal; plain lines in a log
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=fed.rounds, initial=self.state.round, desc=self.label or "rounds", file=sys.stderr,
+                            dynamic_ncols=True)
+        self.every = int(cfg.tracking.get("checkpoint_every") or 0)
+        self.line_every = max(1, fed.rounds // 10)
+        return None
+
+    def on_round(self, st, metrics) -> None:
+        """Record a round; checkpoint when due or asked to stop (then raise KeyboardInterrupt)."""
+        rounds, bar = self.fed.rounds, self.bar
+        self.recorder.log_round(metrics)
         shown = {k.replace("test_", ""): f"{metrics[k]:.4f}" for k in ("test_accuracy", "test_loss") if k in metrics}
         if bar is not None:
             bar.set_postfix(shown, refresh=False)
             bar.update(1)
-        if st.round % line_every == 0 or st.round == fed.rounds:
-            text = f"round {st.round}/{fed.rounds} " + " ".join(f"{k} {v}" for k, v in shown.items())
-            say(text, console=bar is None)
-        if (every and st.round % every == 0 and st.round < fed.rounds) or stop.requested:
-            recorder.flush()
-            save_checkpoint(checkpoint, st, run_id, digest)
-        if stop.requested and st.round < fed.rounds:
+        if st.round % self.line_every == 0 or st.round == rounds:
+            text = f"round {st.round}/{rounds} " + " ".join(f"{k} {v}" for k, v in shown.items())
+            self.say(text, console=bar is None)
+        stopping = self.stop is not None and self.stop.requested
+        if (self.every and st.round % self.every == 0 and st.round < rounds) or stopping:
+            self.recorder.flush()
+            save_checkpoint(self.checkpoint, st, self.run_id, self.digest)
+        if stopping and st.round < rounds:
             raise KeyboardInterrupt
 
+    def save(self) -> None:
+        """The final checkpoint, after the record: the checkpoint never claims rounds the record lacks."""
+        self.recorder.flush()
+        save_checkpoint(self.checkpoint, self.state, self.run_id, self.digest)
 
-    try:
-        with GracefulInterrupt(quiet) as stop:
-            state = run(fed, state, on_round)
-        recorder.flush()  # the checkpoint never claims rounds the record lacks
-        save_checkpoint(checkpoint, state, run_id, digest)
-    except DivergenceError as exc:
-        recorder.fail(exc.round, exc.reason)
-        raise
-    except KeyboardInterrupt:
-        recorder.fail(state.round, f"interrupted (Ctrl-C); continue with: fedbench resume {run_dir}", status="KILLED")
-        raise
-    except StoreError as exc:  # the record cannot be written: the periodic checkpoint matches what it holds
-        marked = recorder.fail(state.round, str(exc), quiet=True)
-        raise StoreError(f"{exc}; the run stopped at round {state.round}"
-                         f"{'' if marked else ' (its MLflow run could not be marked FAILED and stays RUNNING)'}; "
-                         f"continue from the last checkpoint with: fedbench resume {run_dir}") from None
-    except OSError as exc:  # disk full, unwritable folder: the run record says why, no half file is left
+    def failed(self, exc: BaseException) -> None:
+        """Mark the record and re-raise `exc` as the CLI reports it."""
+        recorder, state, run_dir = self.recorder, self.state, self.run_dir
+        self.close()
+        if isinstance(exc, DivergenceError):
+            recorder.fail(exc.round, exc.reason)
+            raise exc
+        if isinstance(exc, KeyboardInterrupt):
+            recorder.fail(state.round, f"interrupted (Ctrl-C); continue with: fedbench resume {run_dir}", status="KILLED")
+            raise exc
+        if isinstance(exc, StoreError):  # the record cannot be written: the periodic checkpoint matches what it holds
+            marked = recorder.fail(state.round, str(exc), quiet=True)
+            raise StoreError(f"{exc}; the run stopped at round {state.round}"
+                             f"{'' if marked else ' (its MLflow run could not be marked FAILED and stays RUNNING)'}; "
+                             f"continue from the last checkpoint with: fedbench resume {run_dir}") from None
+        if isinstance(exc, OSError):  # disk full, unwritable folder: the run record says why, no half file is left
+            recorder.fail(state.round, f"{exc.__class__.__name__}: {exc}")
+            raise FedbenchError(f"I/O error at round {state.round}: {exc}; the last complete checkpoint is kept "
+                                f"in {run_dir}") from None
         recorder.fail(state.round, f"{exc.__class__.__name__}: {exc}")
-        raise FedbenchError(f"I/O error at round {state.round}: {exc}; the last complete checkpoint is kept "
-                            f"in {run_dir}") from None
-    except BaseException as exc:
-        recorder.fail(state.round, f"{exc.__class__.__name__}: {exc}")
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-    summary = recorder.finish(state.history, artifacts=bool(cfg.tracking.get("artifacts", True)))
-    accs = [h["test_accuracy"] for h in state.history if "test_accuracy" in h]
-    summary.update(
-        history=state.history,
-        final_accuracy=accs[-1] if accs else None,
-        best_accuracy=max(accs) if accs else None,
-        final_loss=next((h["test_loss"] for h in reversed(state.history) if "test_loss" in h), None),
-        wall_time=state.wall_time,
-        eval_time=state.eval_time,
-        rounds=state.round,
-        tracking_uri=recorder.uri,
-    )
-    say.summary(format_summary(summary, fed.rounds, hint=not sweep))
-    return summary
+        raise exc
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def finish(self) -> dict[str, Any]:
+        """The record's summary (rounds-to-target, artifacts) and the run's, printed and returned."""
+        self.close()
+        state, cfg = self.state, self.cfg
+        summary = self.recorder.finish(state.history, artifacts=bool(cfg.tracking.get("artifacts", True)))
+        accs = [h["test_accuracy"] for h in state.history if "test_accuracy" in h]
+        summary.update(
+            history=state.history,
+            final_accuracy=accs[-1] if accs else None,
+            best_accuracy=max(accs) if accs else None,
+            final_loss=next((h["test_loss"] for h in reversed(state.history) if "test_loss" in h), None),
+            wall_time=state.wall_time,
+            eval_time=state.eval_time,
+            rounds=state.round,
+            tracking_uri=self.recorder.uri,
+        )
+        self.say.summary(format_summary(summary, self.fed.rounds, hint=not self.sweep))
+        return summary
 
 
 def objective_value(summary: dict[str, Any], cfg: DictConfig) -> float:

@@ -16,7 +16,7 @@ runner = CliRunner()
 def test_data_show_prints_the_split_and_saves_a_heatmap(tmp_path):
     png = tmp_path / "heat.png"
     res = runner.invoke(app, ["data", "show", "dataset=digits", "partition=label_k", "partition.k=2", "num_clients=10",
-                              "seed=3", "--rows", "0", "--out", str(png)])
+                              "partition.seed=3", "--rows", "0", "--out", str(png)])
     assert res.exit_code == 0, res.output
     rows = [line.split() for line in res.output.splitlines() if re.match(r"\s+\d+\s+\d+\s+\d+\s", line)]
     assert len(rows) == 10

@@ -1,0 +1,190 @@
+"""A grid trained as one program: jobs that share their data set, split and model train as lanes of
+one round loop (engine.loop.run_lanes), each still a run of its own: its MLflow run, run folder,
+checkpoint, skip-finished and resume, and its own failure.
+
+Grouping (`group_key`): jobs share a group when they agree on everything the lanes share (data
+set, data options, partition with partition.seed, num_clients, model, loss_scale, engine). Inside a
+group, lanes whose hyperparameters are equal and only the seed differs train their clients in the
+same chunks (engine.loop.mixing_key); others share the data, the rounds' loop and the process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from fedbench.config.validate import written_out
+from fedbench.core.errors import DivergenceError
+from fedbench.engine.loop import run_lanes
+from fedbench.runs.build import build_lanes
+from fedbench.runs.single import GracefulInterrupt, Job, quiet_libraries
+
+# what lanes share: the data, its split, the model and how rounds are computed
+SHARED_KEYS = ("dataset", "data", "partition", "num_clients", "model", "loss_scale", "engine")
+
+
+@dataclass
+class GroupJob:
+    """One job of a group: its config and where it is recorded."""
+
+    cfg: DictConfig
+    run_dir: Path
+    tags: dict[str, str] = field(default_factory=dict)
+    label: str = ""
+    log_file: Path | None = None
+
+
+def group_key(cfg: DictConfig) -> str:
+    """Jobs with equal keys can train as lanes of one group."""
+    container = OmegaConf.to_container(cfg, resolve=True)
+    return OmegaConf.to_yaml({k: container.get(k) for k in SHARED_KEYS})
+
+
+def lane_bytes(cfg: DictConfig, dim: int) -> int:
+    """A lane's memory beyond the shared data: server state and the chunk rows of its cohort
+    (parameters, gradients, an algorithm's few [s, d] temporaries), ~16 vectors per client."""
+    itemsize = 8 if str(cfg.engine.dtype) == "float64" else 4
+    return itemsize * dim * (16 + 16 * int(cfg.clients_per_round))
+
+
+def available_bytes(device: torch.device) -> int:
+    """Memory free for lanes on `device`: CUDA's free memory, or the host's MemAvailable."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 * 2**30
+
+
+def split_groups(jobs: list[GroupJob], max_batch: int) -> list[list[int]]:
+    """Job indices grouped by group_key, in order of first appearance, each group cut into pieces
+    of at most `max_batch` jobs (0: no cap beyond memory, applied when the group is built)."""
+    groups: dict[str, list[int]] = {}
+    for i, job in enumerate(jobs):
+        groups.setdefault(group_key(job.cfg), []).append(i)
+    out = []
+    for members in groups.values():
+        step = max_batch if max_batch > 0 else len(members)
+        out += [members[i : i + step] for i in range(0, len(members), step)]
+    return out
+
+
+def run_group(jobs: list[GroupJob], quiet: bool = False, say=None) -> list[dict[str, Any] | BaseException]:
+    """Train the jobs of one group as lanes; returns per job its summary or the exception it failed
+    with (a failed job never stops the others). A Ctrl-C checkpoints every lane after its current
+    round, marks the runs KILLED and is raised again."""
+    quiet_libraries()
+    cfgs = [written_out(job.cfg) for job in jobs]
+    if cfgs[0].engine.get("threads"):
+        torch.set_num_threads(int(cfgs[0].engine.threads))
+    try:
+        built = build_lanes(cfgs)
+    except Exception as exc:  # a data or model error is every job's
+        return [exc] * len(jobs)
+    results: list[dict[str, Any] | BaseException | None] = [None] * len(jobs)
+    sessions = [Job(cfg, job.run_dir, quiet, job.tags, True, job.label, job.log_file) for cfg, job in zip(cfgs, jobs)]
+    live = []
+    for k, (session, (fed, info)) in enumerate(zip(sessions, built)):
+        try:
+            done = session.open(fed, info, extra_tags={"batched_lanes": str(len(jobs))})
+        except Exception as exc:
+            results[k] = exc
+            continue
+        if done is not None:
+            results[k] = done
+        else:
+            live.append(k)
+    if not live:
+        return results  # type: ignore[return-value]
+    interrupted: set[int] = set()
+
+    def fail(k: int, exc: BaseException) -> None:
+        try:
+            sessions[k].failed(exc)
+        except BaseException as raised:  # failed() re-raises as the CLI reports it
+            results[k] = raised
+
+    def on_round(i: int, state, metrics) -> bool:
+        k = live[i]
+        try:
+            sessions[k].on_round(state, metrics)
+        except KeyboardInterrupt:  # this lane is checkpointed; the others take their turn
+            interrupted.add(k)
+            return False
+        except Exception as exc:
+            fail(k, exc)
+            return False
+        return True
+
+    def on_failure(i: int, state, exc: DivergenceError) -> None:
+        fail(live[i], exc)
+
+    fed0 = built[0][0]
+    cap = auto_max_batch(cfgs[0], fed0.flat.dim, fed0.device)  # memory: lanes beyond it train in turns
+    try:
+        with GracefulInterrupt(quiet) as stop:
+            for k in live:
+                sessions[k].stop = stop
+            for start in range(0, len(live), cap):
+                batch = live[start : start + cap]
+                if stop.requested:
+                    interrupted.update(batch)
+                    continue
+                run_lanes([built[k][0] for k in batch], [sessions[k].state for k in batch],
+                          lambda i, st, m: on_round(live.index(batch[i]), st, m),
+                          lambda i, st, exc: on_failure(live.index(batch[i]), st, exc))
+    except BaseException as exc:  # a bug or a second Ctrl-C: every unfinished lane ends with it
+        for k in live:
+            if results[k] is None:
+                fail(k, exc)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return results  # type: ignore[return-value]
+    for k in live:
+        if k in interrupted:
+            fail(k, KeyboardInterrupt())
+        elif results[k] is None:
+            try:
+                sessions[k].save()
+                results[k] = sessions[k].finish()
+            except Exception as exc:
+                fail(k, exc)
+    if interrupted:
+        raise KeyboardInterrupt
+    return results  # type: ignore[return-value]
+
+
+def auto_max_batch(cfg: DictConfig, dim: int, device: torch.device, fraction: float = 0.5) -> int:
+    """The lanes that fit in `fraction` of the free memory."""
+    return max(1, int(fraction * available_bytes(device)) // max(1, lane_bytes(cfg, dim)))
+
+
+def describe_groups(jobs: list[GroupJob], groups: Iterable[list[int]]) -> list[str]:
+    """One line per group: its jobs and what its lanes differ in."""
+    lines = []
+    for n, members in enumerate(groups):
+        flat = [_flat(OmegaConf.to_container(jobs[i].cfg, resolve=True)) for i in members]
+        varying = sorted(k for k in set().union(*flat) if len({repr(f.get(k)) for f in flat}) > 1
+                         and not k.startswith(("hydra", "tracking")))
+        lines.append(f"group {n}: {len(members)} job(s) "
+                     f"[{', '.join(str(i) for i in members)}]" + (f", lanes differ in {', '.join(varying)}" if varying else ""))
+    return lines
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(value, dict):
+        return {prefix: value}
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out

@@ -1,0 +1,60 @@
+"""The batched launcher's work (hydra_plugins/fedbench_batched_launcher): set every job up as
+Hydra's basic launcher would (its folder, saved config, HydraConfig), then train the jobs group by
+group (runs.batched) and hand Hydra each job's objective."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from fedbench.runs.batched import GroupJob, describe_groups, run_group, split_groups
+from fedbench.runs.hydra_app import HydraJob, current_job, interrupted, job_failed
+
+log = logging.getLogger("fedbench.batched")
+
+
+def launch_batched(hydra_context, config, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
+                   max_batch: int = 0):
+    from hydra.core.utils import JobStatus, configure_log, filter_overrides, run_job, setup_globals
+    from omegaconf import open_dict
+
+    from fedbench.runs.single import objective_value
+
+    setup_globals()
+    configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+    jobs: list[HydraJob] = []
+
+    def register(cfg) -> None:  # in the job's context: its folder exists and its config is saved
+        jobs.append(current_job(cfg))
+
+    returns = []
+    for idx, overrides in enumerate(job_overrides):
+        idx = initial_job_idx + idx
+        sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
+        with open_dict(sweep_config):
+            sweep_config.hydra.job.id = idx
+            sweep_config.hydra.job.num = idx
+        log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+        returns.append(run_job(hydra_context=hydra_context, task_function=register, config=sweep_config,
+                               job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir"))
+    configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    specs = [GroupJob(job.cfg, job.out, job.tags, job.label, job.log_file) for job in jobs]
+    groups = split_groups(specs, max_batch)
+    print(f"fedbench: batched launcher: {len(jobs)} job(s) in {len(groups)} group(s)", flush=True)
+    for line in describe_groups(specs, groups):
+        print(f"  {line}", flush=True)
+    for members in groups:
+        try:
+            results = run_group([specs[i] for i in members])
+        except KeyboardInterrupt:
+            interrupted(jobs[members[0]])
+        for i, result in zip(members, results):
+            ret, job = returns[i], jobs[i]
+            if isinstance(result, BaseException):
+                ret.return_value = job_failed(job, result)
+            else:
+                ret.return_value = objective_value(result, job.cfg)
+            ret.status = JobStatus.COMPLETED
+    return returns
