@@ -142,7 +142,8 @@ def mixing_key(fed: Federation) -> tuple:
     update serves them all; they may differ in the seed (cohorts, minibatches, draws, x0)."""
     algo, setting = fed.algorithm, fed.algorithm.setting
     fields = tuple((f.name, repr(getattr(algo, f.name))) for f in dataclasses.fields(algo) if f.name != "setting")
-    return type(algo), fields, setting.eta_l, setting.eta_l_decay, setting.eta_g
+    schedule = fed.batch_size, fed.local_steps, fed.local_epochs, setting.clients_per_round
+    return type(algo), fields, setting.eta_l, setting.eta_l_decay, setting.eta_g, schedule
 
 
 def client_round(fed: Federation, state: RunState, ids: list[int] | None = None) -> ClientRound:

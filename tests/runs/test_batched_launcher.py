@@ -1,0 +1,122 @@
+"""hydra/launcher=batched: a grid trained as lanes gives every job the record it gets alone (basic
+launcher), groups only what shares data, split and model, isolates a diverging job, and skips
+finished jobs on a relaunch."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.conftest import make_cfg
+from tests.faultkit import fedbench, runs
+
+# two algorithms x two step sizes x two seeds, unequal clients (Dirichlet), evaluation every round
+GRID = ["algorithm=fedavg,fedprox", "eta_l=0.05,0.2", "seed=0,1"]
+SETTING = ["num_clients=6", "clients_per_round=3", "rounds=3", "batch_size=16", "partition.alpha=0.3",
+           "tracking.artifacts=false", "engine.threads=1", "targets=[0.3]"]
+
+
+def _histories(db):
+    client, all_runs = runs(db)
+    out = {}
+    for r in all_runs:
+        key = (r.data.params["algorithm.name"], r.data.params["eta_l"], r.data.params["seed"])
+        out[key] = (r, {m: [x.value for x in client.get_metric_history(r.info.run_id, m)]
+                        for m in ("test_accuracy", "test_loss", "floats_up")})
+    return out
+
+
+@pytest.fixture(scope="module")
+def grids(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("batched")
+    done = {}
+    for launcher in ("basic", "batched"):
+        db = tmp / f"{launcher}.db"
+        args = ["-m", f"hydra/launcher={launcher}", *GRID, *SETTING, f"tracking.uri=sqlite:///{db}",
+                f"hydra.sweep.dir={tmp}/{launcher}"]
+        res = fedbench("run", *args, cwd=tmp, timeout=900)
+        assert res.returncode == 0, res.stderr[-3000:]
+        done[launcher] = (db, res, args)
+    return tmp, done
+
+
+def test_every_job_of_the_batched_grid_is_the_run_it_is_alone(grids):
+    tmp, done = grids
+    basic, batched = _histories(done["basic"][0]), _histories(done["batched"][0])
+    assert len(batched) == 8 and batched.keys() == basic.keys()
+    assert "8 job(s) in 1 group(s)" in done["batched"][1].stdout
+    folders = set()
+    for key, (run, metrics) in batched.items():
+        alone_run, alone = basic[key]
+        assert run.info.status == "FINISHED" and run.data.tags["batched_lanes"] == "8"
+        assert run.data.tags["config_hash"] == alone_run.data.tags["config_hash"]
+        params = {k: v for k, v in run.data.params.items() if k != "tracking.uri"}
+        assert params == {k: v for k, v in alone_run.data.params.items() if k != "tracking.uri"}
+        assert metrics["floats_up"] == alone["floats_up"]
+        assert metrics["test_accuracy"] == pytest.approx(alone["test_accuracy"], abs=1e-6), key
+        assert metrics["test_loss"] == pytest.approx(alone["test_loss"], rel=1e-5), key
+        folders.add(run.data.tags["run_dir"])
+        assert (tmp / "batched" / run.data.tags["sweep_job"] / "checkpoint.pt").is_file()
+    assert len(folders) == 8
+
+
+def test_a_relaunch_skips_every_finished_job(grids):
+    tmp, done = grids
+    db, _, args = done["batched"]
+    again = fedbench("run", *args[:-1], f"hydra.sweep.dir={tmp}/again", cwd=tmp, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("skipped, this configuration FINISHED") == 8
+    assert len(runs(db)[1]) == 8
+
+
+def test_a_diverging_job_fails_alone(tmp_path):
+    db = tmp_path / "m.db"
+    res = fedbench("run", "-m", "hydra/launcher=batched", "eta_l=0.01,10", "seed=0,1", "dataset=lstsq",
+                   "partition=natural", "model=linear", "num_clients=8", "clients_per_round=2", "local_steps=2",
+                   "local_epochs=null", "rounds=30", "tracking.artifacts=false", f"tracking.uri=sqlite:///{db}",
+                   f"hydra.sweep.dir={tmp_path}/s", cwd=tmp_path, timeout=900)
+    assert res.returncode == 1, res.stderr[-3000:]
+    finished = {(r.data.params["eta_l"], r.data.params["seed"]): r for r in runs(db)[1]}
+    assert {k: r.info.status for k, r in finished.items()} == {
+        ("0.01", "0"): "FINISHED", ("0.01", "1"): "FINISHED", ("10", "0"): "FAILED", ("10", "1"): "FAILED"}
+    assert finished[("10", "0")].data.tags["failure_reason"].startswith("non-finite")
+    assert "2 job(s) failed" in res.stderr
+    client = runs(db)[0]
+    assert len(client.get_metric_history(finished[("0.01", "1")].info.run_id, "test_loss")) == 30
+
+
+def _group_sizes(overrides_per_job):
+    from fedbench.runs.batched import GroupJob, split_groups
+
+    jobs = [GroupJob(make_cfg(*o), None) for o in overrides_per_job]
+    return [len(g) for g in split_groups(jobs, 0)]
+
+
+@pytest.mark.parametrize("apart", [["dataset=synthetic"], ["model=mlp_2nn"], ["partition=iid"], ["partition.alpha=0.07"],
+                                   ["partition.seed=1"], ["num_clients=30"], ["engine.dtype=float64"],
+                                   ["loss_scale=sum"], ["data.binary_classes=[0,1]"]])
+def test_jobs_that_do_not_share_data_split_or_model_are_never_grouped(apart):
+    assert _group_sizes([[], apart]) == [1, 1]
+
+
+def test_seeds_step_sizes_hyperparameters_and_algorithms_share_a_group():
+    assert _group_sizes([[], ["seed=3"], ["eta_l=0.3", "eta_g=0.5", "eta_l_decay=0.99"], ["algorithm=fedprox"],
+                         ["algorithm=fedprox", "algorithm.mu=0.5"], ["rounds=7", "clients_per_round=5"]]) == [6]
+
+
+def test_only_lanes_that_differ_in_the_seed_share_chunks():
+    from fedbench.engine.loop import mixing_key
+    from fedbench.runs.build import build_lanes
+
+    base = make_cfg("algorithm=fedprox", "num_clients=6", "clients_per_round=3")
+    variants = {"seed": ("seed", 5), "eta_l": ("eta_l", 0.3), "mu": ("algorithm.mu", 0.5), "batch": ("batch_size", 7)}
+    cfgs = [base]
+    for key, value in variants.values():
+        cfg = copy.deepcopy(base)
+        parent, _, leaf = key.rpartition(".")
+        (cfg[parent] if parent else cfg)[leaf] = value
+        cfgs.append(cfg)
+    keys = [mixing_key(fed) for fed, _ in build_lanes(cfgs)]
+    assert keys[0] == keys[1]  # seeds mix
+    assert len({keys[0], *keys[2:]}) == 4  # another step size, mu or batch size trains in chunks of its own
