@@ -43,6 +43,9 @@ class Algorithm:
     name: ClassVar[str] = ""
     metadata_keys: ClassVar[tuple[str, ...]] = ()
     two_phase: ClassVar[bool] = False  # rounds with a first upload before local training (Mime)
+    # the client update takes `work.lr` per client ([s, 1] tensor), so lanes of a batched grid that
+    # differ in eta_l (or its decay) share chunks; checked by the contract test for each algorithm
+    lr_rows: ClassVar[bool] = False
     setting: Setting = field(init=False, repr=False)
 
     def setup(self, setting: Setting) -> None:

@@ -34,11 +34,23 @@ def local_sgd(
         if momentum:
             buf = D if buf is None else momentum * buf + D
             D = buf
-        X_new = X.sub(D, alpha=work.lr)  # one pass over [s, d], as torch.optim.SGD
+        X_new = sgd_step(X, D, work.lr)
         if prox is not None:
             X_new = prox(X_new, work.lr)
         X = work.masked(t, X_new, X)
     return X
+
+
+def sgd_step(X: Tensor, D: Tensor, lr: float | Tensor) -> Tensor:
+    """X - lr * D in one pass over [s, d] (as torch.optim.SGD); lr may be per client, [s, 1]
+    (lanes of several step sizes in one chunk)."""
+    return X.sub(D, alpha=lr) if not isinstance(lr, Tensor) else torch.addcmul(X, lr, D, value=-1)
+
+
+def lr_per_client(lr: float | Tensor) -> float | Tensor:
+    """The local step size for per-client [s] algebra (lr * steps): a float, or the [s, 1] step
+    sizes of a mixed chunk as [s]."""
+    return lr.view(-1) if isinstance(lr, Tensor) else lr
 
 
 def weighted_mean(U: Tensor, weights: Tensor) -> Tensor:

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from fedbench.core.types import ClientStateSpec, Cohort, Setting, State
 from fedbench.algorithms.base import Algorithm
-from fedbench.algorithms.common import local_sgd, weighted_mean
+from fedbench.algorithms.common import local_sgd, lr_per_client, weighted_mean
 from fedbench.algorithms.prox import Regularizer
 from fedbench.algorithms.registry import register
 from fedbench.core.errors import ConfigError, check, unknown_choice
@@ -104,6 +104,7 @@ class FedComp(CompositeAlgorithm):
 
     local_prox_schedule: prox parameter at local step t+1: (t+1) eta (`linear`, the paper, L10),
     eta (`constant`) or eta_tilde = eta eta_g tau (`server`); the last two only for the ablation."""
+    lr_rows = True
 
     local_prox_schedule: str = "linear"
 
@@ -151,7 +152,9 @@ class FedComp(CompositeAlgorithm):
             grad_sum += G
             Z = Z - eta * (G + c)  # L9
             X = self.reg.prox(Z, self._local_prox(t, eta, tau))  # L10
-        up = {"z": Z, "eta_tau": torch.full((s,), eta * tau, dtype=Z.dtype, device=Z.device),
+        eta_tau = torch.full((s,), eta * tau, dtype=Z.dtype, device=Z.device) if not isinstance(eta, Tensor) \
+            else (lr_per_client(eta) * tau).to(Z.dtype)
+        up = {"z": Z, "eta_tau": eta_tau,
               "steps": work.steps.to(Z.dtype)}
         return up, {"x_prev": x.expand(s, -1), "grad_mean": grad_sum / tau}
 

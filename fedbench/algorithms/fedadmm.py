@@ -61,6 +61,7 @@ def heterogeneous_epochs(work) -> Tensor:
 @register("fedadmm", "FedADMM (Gong et al. 2022): local SGD on the augmented Lagrangian, persistent duals")
 @dataclass
 class FedADMM(Algorithm):
+    lr_rows = True
     rho: float = 0.01  # augmented-Lagrangian coefficient
     momentum: float = 0.5  # local SGD momentum (torch.optim.SGD semantics, fresh every round)
     local_init: str = "global"  # global: start from theta (official code) | local: from the stored w_i (Alg. 1)
@@ -134,6 +135,7 @@ class FedADMM(Algorithm):
 @register("fedadmm_lowrank", "FedADMM for composite problems (LoSAC App. E, Alg. 3): server prox-gradient Z")
 @dataclass
 class FedADMMLowRank(Algorithm):
+    lr_rows = True
     rho: float = 5.0  # penalty of the augmented Lagrangian (76)
     blocks: int = 5  # M fixed local blocks, one per local step
     z_lr: float = 1e-4  # eta_g of the server's proximal-gradient steps (81)

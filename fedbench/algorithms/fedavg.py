@@ -25,6 +25,7 @@ from fedbench.algorithms.server_opt import ServerOptimizer
 @register("fedavg", "FedAvg: local SGD, server optimiser (server_opt: sgd|momentum|adagrad|adam|yogi) on the mean delta")
 @dataclass
 class FedAvg(Algorithm):
+    lr_rows = True
     server_opt: str | dict[str, Any] = field(default_factory=lambda: {"name": "sgd"})
 
     def __post_init__(self):
@@ -47,6 +48,7 @@ class FedAvg(Algorithm):
 @register("fedsgd", "FedSGD: one full-batch gradient per client per round, server SGD step")
 @dataclass
 class FedSGD(Algorithm):
+    lr_rows = True
     def client_update(self, down: State, client: State, work) -> tuple[State, State]:
         x = down["x"].expand(work.num_clients, -1)
         G, _ = work.full_grad(x)

@@ -17,7 +17,7 @@ import torch
 from fedbench.core.types import Cohort, State
 from fedbench.algorithms import server_opt
 from fedbench.algorithms.base import Algorithm
-from fedbench.algorithms.common import local_sgd, weighted_mean
+from fedbench.algorithms.common import lr_per_client, local_sgd, weighted_mean
 from fedbench.algorithms.registry import register
 from fedbench.core.errors import check
 
@@ -25,6 +25,7 @@ from fedbench.core.errors import check
 @register("fedcm", "FedCM: local steps along alpha*g + (1-alpha)*server momentum of pseudo-gradients")
 @dataclass
 class FedCM(Algorithm):
+    lr_rows = True
     metadata_keys = ("step_length",)
     alpha: float = 0.1  # weight of the fresh local gradient; 1 is FedAvg
 
@@ -40,7 +41,7 @@ class FedCM(Algorithm):
     def client_update(self, down: State, client: State, work) -> tuple[State, State]:
         x, m = down["x"], down["momentum"]
         y = local_sgd(work, x, lambda t, Y, G, batch: self.alpha * G + (1 - self.alpha) * m)
-        step_length = work.steps.to(x.dtype) * work.lr  # K_i eta_l
+        step_length = work.steps.to(x.dtype) * lr_per_client(work.lr)  # K_i eta_l
         return {"delta": y - x, "step_length": step_length}, client
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:

@@ -25,6 +25,7 @@ from fedbench.core.errors import check
 @register("feddyn", "FedDyn: dynamic regulariser per client, server correction h over all clients")
 @dataclass
 class FedDyn(Algorithm):
+    lr_rows = True
     alpha: float = 0.01
 
     def validate(self) -> None:

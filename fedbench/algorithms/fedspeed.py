@@ -49,6 +49,7 @@ def clip_rows(G: Tensor, max_norm: float) -> Tensor:
 @register("fedspeed", "FedSpeed: prox + prox-correction (FedDyn-like) + SAM-style gradient perturbation")
 @dataclass
 class FedSpeed(Algorithm):
+    lr_rows = True
     mu: float = 0.1
     rho0: float = 0.1
     rho_mode: str = "normalized"

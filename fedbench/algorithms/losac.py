@@ -57,6 +57,7 @@ def make_regularizer(kind: str, lam: float, dim: int) -> Regularizer:
 @dataclass
 class _BlockSaga(Algorithm):
     """Shared hyperparameters: M blocks and the optional regulariser (prox after each step)."""
+    lr_rows = True
 
     blocks: int = 5  # M: fixed local data blocks = rows of each client's table
     regularizer: str = "none"  # none | l1 | nuclear (Psi of eq. 14)

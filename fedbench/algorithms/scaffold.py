@@ -28,6 +28,7 @@ OPTIONS = ("I", "II")
 @register("scaffold", "SCAFFOLD: control-variate corrected local SGD (option I or II), server step eta_g")
 @dataclass
 class Scaffold(Algorithm):
+    lr_rows = True
     option: str = "II"  # I: c_i+ = grad f_i(x) (an extra full pass); II: from the local displacement
     regularizer: str = "none"  # none | l1 | nuclear: SCAFFOLD-Prox's Psi
     lam: float = 0.0  # Psi's weight lambda

@@ -84,7 +84,7 @@ class ClientWork(Protocol):
     randomness drawn from the counter-based streams."""
 
     round: int
-    lr: float  # this round's local step size (Setting.local_lr)
+    lr: float | Tensor  # this round's local step size (Setting.local_lr); [s, 1] per client when lanes of several mix (lr_rows)
     sizes: Tensor  # [s] local data set sizes
     steps: Tensor  # [s] local steps of each client this round
     max_steps: int

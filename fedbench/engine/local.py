@@ -122,7 +122,7 @@ class LocalWork:
     data: ClientData
     ids: Tensor  # [s] client ids
     round: int
-    lr: float
+    lr: float | Tensor  # [s, 1] when lanes of several step sizes share the chunk (Algorithm.lr_rows)
     batch_size: int
     epochs: Tensor | None  # [s] local epochs (epoch mode), or None
     local_steps: int | None  # fixed local steps (step mode), or None

@@ -139,11 +139,13 @@ class ClientRound:
 
 def mixing_key(fed: Federation) -> tuple:
     """Runs (lanes) with equal keys may share a chunk: the same hyperparameters, so that one client
-    update serves them all; they may differ in the seed (cohorts, minibatches, draws, x0)."""
+    update serves them all; they may differ in the seed (cohorts, minibatches, draws, x0), and in
+    the local step size where the algorithm takes it per client (`lr_rows`)."""
     algo, setting = fed.algorithm, fed.algorithm.setting
     fields = tuple((f.name, repr(getattr(algo, f.name))) for f in dataclasses.fields(algo) if f.name != "setting")
     schedule = fed.batch_size, fed.local_steps, fed.local_epochs, setting.clients_per_round
-    return type(algo), fields, setting.eta_l, setting.eta_l_decay, setting.eta_g, schedule
+    steps = () if algo.lr_rows else (setting.eta_l, setting.eta_l_decay)  # a per-client work.lr, or one
+    return type(algo), fields, steps, setting.eta_g, schedule
 
 
 def client_round(fed: Federation, state: RunState, ids: list[int] | None = None) -> ClientRound:
@@ -225,7 +227,9 @@ def _chunk_work(lanes: list[_Lane], chunk: list[tuple[int, int]]) -> LocalWork:
     fed = lanes[chunk[0][0]].fed
     device = fed.device
     ids = torch.tensor([lanes[k].ids[p] for k, p in chunk], device=device)
-    work = local_work(fed, ids, lanes[chunk[0][0]].cohort.round, lanes[chunk[0][0]].lr)
+    lrs = [lanes[k].lr for k, _ in chunk]
+    lr = lrs[0] if len(set(lrs)) == 1 else torch.tensor(lrs, dtype=fed.x0.dtype, device=device)[:, None]
+    work = local_work(fed, ids, lanes[chunk[0][0]].cohort.round, lr)
     seeds = [lanes[k].fed.seed for k, _ in chunk]
     if any(seed != fed.clients.seed for seed in seeds):  # a lane's streams use its own seed
         work.seeds = torch.tensor(seeds, dtype=torch.int64, device=device)

@@ -105,7 +105,7 @@ def test_seeds_step_sizes_hyperparameters_and_algorithms_share_a_group():
                          ["algorithm=fedprox", "algorithm.mu=0.5"], ["rounds=7", "clients_per_round=5"]]) == [6]
 
 
-def test_only_lanes_that_differ_in_the_seed_share_chunks():
+def test_only_lanes_that_differ_in_the_seed_or_the_step_size_share_chunks():
     from fedbench.engine.loop import mixing_key
     from fedbench.runs.build import build_lanes
 
@@ -118,5 +118,7 @@ def test_only_lanes_that_differ_in_the_seed_share_chunks():
         (cfg[parent] if parent else cfg)[leaf] = value
         cfgs.append(cfg)
     keys = [mixing_key(fed) for fed, _ in build_lanes(cfgs)]
-    assert keys[0] == keys[1]  # seeds mix
-    assert len({keys[0], *keys[2:]}) == 4  # another step size, mu or batch size trains in chunks of its own
+    assert keys[0] == keys[1] == keys[2]  # seeds mix, and step sizes where the client update takes them per client
+    assert len({keys[0], *keys[3:]}) == 3  # another mu or batch size trains in chunks of its own
+    fedsso = [make_cfg("algorithm=fedsso", "num_clients=6", "clients_per_round=3", f"eta_l={lr}") for lr in (0.1, 0.2)]
+    assert len({mixing_key(fed) for fed, _ in build_lanes(fedsso)}) == 2  # no lr_rows: a step size apart
