@@ -1,0 +1,95 @@
+"""The batched launcher against Hydra's basic launcher, end to end, side by side in one run.
+
+Each workload is a `fedbench run -m` grid launched twice in fresh processes, once with
+hydra/launcher=basic and once with hydra/launcher=batched, each into a fresh MLflow store and
+sweep folder; the time is the whole command (start-up, composing the jobs, data, training,
+evaluation every round, the MLflow record and artifacts). Both launchers must record the same
+jobs; the largest difference of their final test accuracies is printed beside the ratio (float
+rounding: lanes of several step sizes compute X - lr * G in one fused pass).
+
+    python scripts/bench_batched.py                      # the issue's workloads (CPU: ~15 min on 2 cores)
+    python scripts/bench_batched.py --workloads digits   # one of them
+    python scripts/bench_batched.py --rounds 3           # a quick pass
+    python scripts/bench_batched.py --workloads resnet --device cuda   # on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FMNIST = ["dataset=fmnist", "model=mlp_2nn", "partition=dirichlet", "partition.alpha=0.3", "num_clients=100",
+          "clients_per_round=10", "eval_every=1"]
+WORKLOADS = {
+    # 12 jobs: eta_l x 4 seeds, FedAvg on Fashion-MNIST, unequal clients (Dirichlet 0.3)
+    "fmnist": (FMNIST + ["algorithm=fedavg", "eta_l=0.03,0.1,0.3", "seed=0,1,2,3"], 30),
+    # 24 jobs of the offline default (MCLR on digits)
+    "digits": (["eta_l=0.01,0.03,0.1,0.3,0.5,1.0", "seed=0,1,2,3"], 30),
+    # a mixed grid: 3 algorithms x 2 step sizes x 2 seeds on the Fashion-MNIST setting
+    "mixed": (FMNIST + ["algorithm=fedavg,fedprox,scaffold", "eta_l=0.03,0.1", "seed=0,1"], 30),
+    # 20 jobs of ResNet-18-GN (GPU): 5 step sizes x 4 seeds, Fashion-MNIST
+    "resnet": (FMNIST + ["model=resnet18_gn", "model.cifar_stem=true", "algorithm=fedavg", "batch_size=50",
+                         "local_epochs=null", "local_steps=10", "eta_l=0.01,0.03,0.05,0.1,0.2", "seed=0,1,2,3"], 10),
+}
+
+
+def run_grid(launcher: str, overrides: list[str], rounds: int, device: str, folder: Path) -> float:
+    db = folder / f"{launcher}.db"
+    cmd = [sys.executable, "-m", "fedbench.cli", "run", "-m", f"hydra/launcher={launcher}", *overrides,
+           f"rounds={rounds}", f"engine.device={device}", f"tracking.uri=sqlite:///{db}",
+           f"hydra.sweep.dir={folder / launcher}"]
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    took = time.perf_counter() - t0
+    if res.returncode != 0:
+        raise SystemExit(f"{launcher} failed:\n{res.stderr[-3000:]}")
+    return took
+
+
+def final_accuracies(db: Path) -> dict[str, float]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{db}")
+    out = {}
+    for e in client.search_experiments():
+        for r in client.search_runs([e.experiment_id]):
+            out[r.data.tags["config_hash"]] = r.data.metrics.get("test_accuracy", float("nan"))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workloads", nargs="+", default=["fmnist", "digits", "mixed"], choices=sorted(WORKLOADS))
+    parser.add_argument("--rounds", type=int, default=0, help="rounds per job (0: the workload's own)")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    rows = []
+    for name in args.workloads:
+        overrides, rounds = WORKLOADS[name]
+        rounds = args.rounds or rounds
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            times = {launcher: run_grid(launcher, overrides, rounds, args.device, folder)
+                     for launcher in ("basic", "batched")}
+            basic, batched = final_accuracies(folder / "basic.db"), final_accuracies(folder / "batched.db")
+            assert basic.keys() == batched.keys(), "the launchers ran different jobs"
+            worst = max(abs(basic[k] - batched[k]) for k in basic)
+        jobs = len(basic)
+        rows.append((name, jobs, rounds, times["basic"], times["batched"], times["basic"] / times["batched"], worst))
+        print(f"{name}: {jobs} jobs x {rounds} rounds: basic {times['basic']:.1f} s, batched {times['batched']:.1f} s, "
+              f"{times['basic'] / times['batched']:.2f}x (final accuracies differ by at most {worst:.1e})", flush=True)
+    print(f"\n| workload | jobs | rounds | basic launcher (s) | batched launcher (s) | speed-up | max final-accuracy difference |")
+    print("|---|---|---|---|---|---|---|")
+    for name, jobs, rounds, t_basic, t_batched, ratio, worst in rows:
+        print(f"| {name} | {jobs} | {rounds} | {t_basic:.1f} | {t_batched:.1f} | {ratio:.2f}x | {worst:.1e} |")
+
+
+if __name__ == "__main__":
+    main()
