@@ -50,7 +50,7 @@ def _variants(group: str, registered: list[str]) -> list[tuple[str, str, str]]:
         raw = yaml.safe_load(path.read_text()) or {}
         name = (raw.get("algorithm") or {}).get("name") if group == "algorithm" and "algorithm" in raw else raw.get("name")
         base = next((d for d in raw.get("defaults", []) if isinstance(d, str) and d != "_self_"), None)
-        # a variant that extends another file: losac_paper (defaults [losac]), fedavg/adam ([/algorithm/fedavg@_here_])
+        # a variant that extends another file: fedavg/adam ([/algorithm/fedavg@_here_])
         name = name or (base and base.split("@")[0].rsplit("/", 1)[-1])
         comment = next((ln.lstrip("# ").strip() for ln in path.read_text().splitlines()
                         if ln.startswith("#") and "@package" not in ln), "")
