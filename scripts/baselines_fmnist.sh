@@ -16,7 +16,7 @@ done <<'LIST'
 fedavg
 fedprox
 scaffold
-scaffold_prox
+scaffold/prox
 feddyn
 fedcm
 fedavg/avgm eta_g=0.1

@@ -16,6 +16,11 @@ CASES: list[tuple[str, str]] = [
     ("partition=dirichlett", "Did you mean 'dirichlet'?"),
     ("model=cnnn", "Unknown model 'cnnn'"),
     ("experiment=fedadmm/table9", "Unknown experiment 'fedadmm/table9'"),
+    # renamed choices (config/renames.py): the one line names the new name
+    ("algorithm=fedadam", "algorithm=fedadam was renamed: use algorithm=fedavg/adam"),
+    ("algorithm=scaffold_prox", "algorithm=scaffold_prox was renamed: use algorithm=scaffold/prox"),
+    ("dataset=fmnist_fedadmm", "dataset=fmnist_fedadmm was renamed: use dataset=fedadmm/fmnist"),
+    ("model=lenet", "model=lenet was renamed: use model=fedsso/lenet"),
     ("engine.executor=vmapp", "Unknown engine.executor 'vmapp'"),
     ("engine.dtype=float16", "Unknown engine.dtype 'float16'"),
     ("engine.device=tpu", "engine.device must be auto, cpu, cuda[:k] or mps"),

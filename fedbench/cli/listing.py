@@ -8,54 +8,78 @@ import typer
 
 from fedbench.config.compose import conf_dir, group_choices_of
 
+GROUPS = (("algorithms", "algorithm"), ("datasets", "dataset"), ("partitions", "partition"), ("models", "model"))
+
+
 def list_choices() -> None:
-    """List the available algorithms, data sets, partitions and models, one line each."""
+    """List the available algorithms, data sets, partitions and models: the generic choices one line
+    each (an algorithm's variants `<name>/<variant>` beneath it), then one line per paper with the
+    choices `<paper>/<name>` of that paper's setting."""
     from fedbench.core.registry import declared  # the registrations read from source: no torch import
 
-    for title, group in (("algorithms", "algorithm"), ("datasets", "dataset"), ("partitions", "partition"), ("models", "model")):
-        typer.echo(f"{title}:")
+    for title, group in GROUPS:
         described = declared(group)
-        for name, doc in described.items():
-            if title == "datasets" and name == "fmnist":
+        files = config_options(group)
+        top = [f for f in files if "/" not in f]
+        nested: dict[str, list[str]] = {}
+        for f in files:
+            if "/" in f:
+                folder, rest = f.split("/", 1)
+                nested.setdefault(folder, []).append(rest)
+        width = max(16, *(len(f) + 1 for f in top))
+        typer.echo(f"{title} ({group}=<name>):")
+        for name in top:
+            if name in described:
+                doc = described[name]
+            else:  # a file that selects another registered name with other defaults (cifar10_half)
+                selected, comment = selected_name(group, name)
+                doc = f"-> {selected}: {comment[:100]}"
+            if name == "fmnist" and group == "dataset":
                 from fedbench.data.locations import fmnist_folder
 
                 found = fmnist_folder()
                 doc += f" [found: {found}]" if found else " [not found: apt-get install dataset-fashion-mnist]"
-            typer.echo(f"  {name:<16} {doc}")
-            if title == "algorithms" and (imposed := imposed_settings(conf_dir() / "algorithm" / f"{name}.yaml")):
-                shown = ', '.join(f"{k}={'null' if v is None else v}" for k, v in imposed.items())
-                typer.echo(f"  {'':<16}   imposes: {shown}")
-        variants = _variants(group, list(described))
-        if variants:
-            typer.echo(f"{group} variants ({group}=<file>: a registered {group} with other defaults):")
-            for stem, name, comment in variants:
-                typer.echo(f"  {stem:<16} -> {name}: {comment[:100]}")
-    presets = sorted(str(p.relative_to(conf_dir() / "experiment").with_suffix(""))
-                     for p in (conf_dir() / "experiment").rglob("*.yaml"))
+            typer.echo(f"  {name:<{width}} {doc}")
+            _echo_imposed(group, name, width)
+            for variant in nested.pop(name, []) if group == "algorithm" else []:  # algorithm/<name>/<variant>
+                option = f"{name}/{variant}"
+                typer.echo(f"    {option:<{width - 2}} {selected_name(group, option)[1][:100]}")
+                _echo_imposed(group, option, width)
+        if nested:  # <group>/<paper>/<name>: a paper's own data sets and models
+            typer.echo(f"{title} of one paper's setting ({group}=<paper>/<name>):")
+            for paper, names in sorted(nested.items()):
+                typer.echo(f"  {paper:<{width}} {', '.join(names)}")
+    presets = config_options("experiment")
     typer.echo("experiments (experiment=<name>: a paper's setting; fedbench reproduce list shows the claims):")
     for i in range(0, len(presets), 5):
         typer.echo("  " + "  ".join(f"{p:<22}" for p in presets[i:i + 5]).rstrip())
 
 
-def _variants(group: str, registered: list[str]) -> list[tuple[str, str, str]]:
-    """Config files of a group that are not a registered name: (file, the registered name it selects,
-    its first comment line)."""
+def config_options(group: str) -> list[str]:
+    """The choices of a config group: its files, as `<name>` or `<folder>/<name>`."""
+    base = conf_dir() / group
+    return sorted(str(p.relative_to(base).with_suffix("")) for p in base.rglob("*.yaml"))
+
+
+def selected_name(group: str, option: str) -> tuple[str, str]:
+    """The registered name a config file selects (its `name`, or the file its defaults extend) and
+    its first comment line."""
     import yaml
 
-    out = []
-    for path in sorted((conf_dir() / group).rglob("*.yaml")):
-        stem = str(path.relative_to(conf_dir() / group).with_suffix(""))
-        if stem in registered:
-            continue
-        raw = yaml.safe_load(path.read_text()) or {}
-        name = (raw.get("algorithm") or {}).get("name") if group == "algorithm" and "algorithm" in raw else raw.get("name")
-        base = next((d for d in raw.get("defaults", []) if isinstance(d, str) and d != "_self_"), None)
-        # a variant that extends another file: losac_paper (defaults [losac]), fedavg/adam ([/algorithm/fedavg@_here_])
-        name = name or (base and base.split("@")[0].rsplit("/", 1)[-1])
-        comment = next((ln.lstrip("# ").strip() for ln in path.read_text().splitlines()
-                        if ln.startswith("#") and "@package" not in ln), "")
-        out.append((stem, str(name), comment))
-    return out
+    text = (conf_dir() / group / f"{option}.yaml").read_text()
+    raw = yaml.safe_load(text) or {}
+    section = raw.get(group) if isinstance(raw.get(group), dict) else raw  # an @package _global_ algorithm file
+    base = next((d for d in raw.get("defaults") or [] if isinstance(d, str) and d != "_self_"), "")
+    # a variant that extends another file: fedavg/adam ([/algorithm/fedavg@_here_])
+    name = section.get("name") or base.split("@")[0].rsplit("/", 1)[-1]
+    comment = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.startswith("#") and "@package" not in ln), "")
+    return str(name), comment
+
+
+def _echo_imposed(group: str, option: str, width: int) -> None:
+    if group == "algorithm" and (imposed := imposed_settings(conf_dir() / "algorithm" / f"{option}.yaml")):
+        shown = ", ".join(f"{k}={'null' if v is None else v}" for k, v in imposed.items())
+        typer.echo(f"  {'':<{width}}   imposes: {shown}")
 
 
 def imposed_settings(path: Path) -> dict[str, str]:

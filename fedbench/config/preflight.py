@@ -80,10 +80,10 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
             root = key.split(".")[0].split("/")[0]
             if not item.startswith("+") and root not in keys:
                 raise unknown_choice("top-level key", root, sorted(keys - {"hydra"}))
-            if key in GROUPS and (message := renamed_message(key, value)):
-                raise ConfigError(message)
             if key in GROUPS and value not in ("null", ""):
                 choices = group_choices(conf_dir, key, extra)
+                if value not in choices and (message := renamed_message(key, value)):
+                    raise ConfigError(message)  # an old name (config.renames), unless a --config-dir has it
                 if value not in choices:
                     raise unknown_choice(key, value, choices)
         first = number == 0

@@ -12,6 +12,32 @@ RENAMED = {
         "fedyogi": "fedavg/yogi",
         "fedsso_ref_v1": "fedsso/ref_v1",
         "fedsso_ref_v2": "fedsso/ref_v2",
+        "scaffold_prox": "scaffold/prox",
+        "losac_paper": "losac/paper",
+    },
+    # paper-specific data sets and models under <group>/<paper>/; the registered names (dataset.name,
+    # model.name) are unchanged
+    "dataset": {
+        "fmnist_fedadmm": "fedadmm/fmnist",
+        "mnist_pfl": "fedsso/mnist",
+        "emnist_pfl": "fedsso/emnist",
+        "cifar10_pfl": "fedsso/cifar10",
+        "ijcnn1_pfl": "fedsso/ijcnn1",
+        "mnist_raw": "losac/mnist",
+        "mnist_binary": "losac/mnist_binary",
+        "har_binary": "losac/har_binary",
+        "lowrank": "losac/lowrank",
+        "proxy_synth": "fedspeed/proxy_synth",
+    },
+    "model": {
+        "cnn1_fedadmm": "fedadmm/cnn1",
+        "cnn2_fedadmm": "fedadmm/cnn2",
+        "fc_fedadmm": "fedadmm/fc",
+        "lenet": "fedsso/lenet",
+        "cnn_fedsso": "fedsso/cnn",
+        "mlp_sent140": "fedsso/mlp_sent140",
+        "lenet_fedspeed": "fedspeed/lenet",
+        "cnn_composite": "composite/cnn",
     },
 }
 
@@ -37,8 +63,10 @@ def map_overrides(overrides: list[str]) -> list[str]:
     out = list(overrides)
     for i, item in enumerate(overrides):
         key, sep, value = item.partition("=")
+        sign = key[: len(key) - len(key.lstrip("+~"))]  # +dataset=..., ~model=...
+        key = key[len(sign):]
         if sep and key in RENAMED and value in RENAMED[key]:
-            out[i] = f"{key}={RENAMED[key][value]}"
+            out[i] = f"{sign}{key}={RENAMED[key][value]}"
             under = MOVED_UNDER.get(key, {}).get(value)
             if under:
                 for j, other in enumerate(overrides):

@@ -12,8 +12,8 @@ from fedbench.reproduce.compare import best, first_to_target, rounds_decrease, s
 PAPER = "fedadmm"
 TARGETS = (rounds_to(0.97, only=("MNIST",)), rounds_to(0.8, only=("FMNIST",)),
            rounds_to(0.45, only=("CIFAR",)))
-DATA = {"MNIST": ("dataset=mnist",), "FMNIST": ("dataset=fmnist_fedadmm",),
-        "CIFAR-10": ("dataset=cifar10_half", "model=cnn2_fedadmm")}
+DATA = {"MNIST": ("dataset=mnist",), "FMNIST": ("dataset=fedadmm/fmnist",),
+        "CIFAR-10": ("dataset=cifar10_half", "model=fedadmm/cnn2")}
 SPLIT = {"IID": ("partition=iid",), "non-IID": ("partition=shards",)}
 METHODS = {
     "FedSGD": ("algorithm=fedsgd", "rounds=1000"),

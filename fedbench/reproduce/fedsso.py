@@ -11,18 +11,18 @@ from fedbench.reproduce.compare import best, first_to_target, ratio_claim, value
 
 PAPER = "fedsso"
 BLOCKS = {  # group: (data set, model, thresholds, {method: overrides}) from Table 1 and §3.9
-    "MNIST MCLR": ("mnist_pfl", "mclr", (0.4, 0.6, 0.8, 0.88, 0.9), {
+    "MNIST MCLR": ("fedsso/mnist", "mclr", (0.4, 0.6, 0.8, 0.88, 0.9), {
         "FedAvg": ("algorithm=fedavg", "eta_l=0.03"), "SCAFFOLD": ("algorithm=scaffold", "eta_l=0.03"),
         "FedDANE": ("algorithm=feddane", "eta_l=0.003"), "FedNL": ("algorithm=fednl", "eta_l=0.001"),
         "FedSSO": ("algorithm=fedsso", "eta_l=0.001", "eta_g=1")}),
-    "EMNIST MCLR": ("emnist_pfl", "mclr", (0.4, 0.6, 0.8, 0.83, 0.84), {
+    "EMNIST MCLR": ("fedsso/emnist", "mclr", (0.4, 0.6, 0.8, 0.83, 0.84), {
         "FedAvg": ("algorithm=fedavg", "eta_l=0.03"), "SCAFFOLD": ("algorithm=scaffold", "eta_l=0.03"),
         "FedDANE": ("algorithm=feddane", "eta_l=0.001"), "FedNL": ("algorithm=fednl", "eta_l=0.7"),
         "FedSSO": ("algorithm=fedsso", "eta_l=0.003", "eta_g=1")}),
-    "MNIST CNN": ("mnist_pfl", "cnn_fedsso", (0.4, 0.6, 0.8, 0.88, 0.91), {
+    "MNIST CNN": ("fedsso/mnist", "fedsso/cnn", (0.4, 0.6, 0.8, 0.88, 0.91), {
         "FedAvg": ("algorithm=fedavg", "eta_l=0.3"), "SCAFFOLD": ("algorithm=scaffold", "eta_l=0.01"),
         "FedSSO": ("algorithm=fedsso", "eta_l=0.07", "eta_g=0.3")}),
-    "EMNIST CNN": ("emnist_pfl", "cnn_fedsso", (0.4, 0.6, 0.8, 0.81, 0.83), {
+    "EMNIST CNN": ("fedsso/emnist", "fedsso/cnn", (0.4, 0.6, 0.8, 0.81, 0.83), {
         "FedAvg": ("algorithm=fedavg", "eta_l=0.1"), "SCAFFOLD": ("algorithm=scaffold", "eta_l=0.07"),
         "FedSSO": ("algorithm=fedsso", "eta_l=0.003", "eta_g=1")}),
 }
@@ -121,7 +121,7 @@ curve_entry("fig5", "Fig. 5: the same curves with shared hyper-parameters (alpha
             {g: (*go, f"eta_l={0.001 if 'MCLR' in g else 0.01}") for g, go in FIG4_GROUPS.items()}, SAME, ("mnist", "emnist"),
             "~2 CPU-hours", fedsso_best)
 curve_entry("fig6", "Fig. 6: FedSSO, FedOpt (FedAdagrad) and FedAvg on CIFAR-10 (LeNet and MCLR)",
-            "FedSSO converges faster than FedOpt", {"CIFAR-10 LeNet": ("model=lenet",), "CIFAR-10 MCLR": model_overrides("mclr")},
+            "FedSSO converges faster than FedOpt", {"CIFAR-10 LeNet": ("model=fedsso/lenet",), "CIFAR-10 MCLR": model_overrides("mclr")},
             {"FedAvg": ("algorithm=fedavg",), "FedAdagrad": ("algorithm=fedavg/adagrad",), "FedSSO": ("algorithm=fedsso",)},
             ("cifar10",), "~3 CPU-hours or 20 GPU-minutes", fedsso_best)
 curve_entry("fig7", "Fig. 7: FedSSO, FedNL, FedAc, FedAvg on LIBSVM ijcnn1 binary logistic regression",
@@ -131,7 +131,7 @@ curve_entry("fig7", "Fig. 7: FedSSO, FedNL, FedAc, FedAvg on LIBSVM ijcnn1 binar
                 table, "FedSSO", "ijcnn1", "final_train_loss")), {m: value(table, m, "ijcnn1", "final_train_loss")
                                                                   for m in dict.fromkeys(table["method"]) if m != "FedSSO"}, higher=False)])
 curve_entry("fig8", "Fig. 8: Shakespeare (MCLR) and Sent140 (MLP)", "FedSSO converges faster; FedDANE on the MLP diverges",
-            {"Shakespeare MCLR": ("dataset=shakespeare", "model=mclr"), "Sent140 MLP": ("dataset=sent140", "model=mlp_sent140")},
+            {"Shakespeare MCLR": ("dataset=shakespeare", "model=mclr"), "Sent140 MLP": ("dataset=sent140", "model=fedsso/mlp_sent140")},
             {"FedAvg": ("algorithm=fedavg",), "FedDANE": ("algorithm=feddane",), "FedNL": ("algorithm=fednl",), "FedSSO": ("algorithm=fedsso",)},
             ("shakespeare", "sent140", "glove"), "GPU recommended", fedsso_best)
 curve_entry("fig9", "Fig. 9: FedSSO with different numbers of local steps tau (3-client MNIST partition, MCLR)",

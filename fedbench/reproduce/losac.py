@@ -23,7 +23,7 @@ LOSS = Metric("final_loss", "at", "train_loss")
 # Rows: SCAFFOLD and LoSAC with M = 2, 3, 5; columns: T = 2, 4, 6 per data set. The baselines' minibatch is
 # one of the M blocks (A5): batch = n_i / M with n_i = 600 (MNIST), 73 (HAR), 92 (ESR) at N = 100.
 N_I = {"MNIST": 600, "HAR": 73, "ESR": 92}
-DATA = {"MNIST": ("dataset=mnist_raw",), "HAR": ("dataset=har",), "ESR": ("dataset=esr",)}
+DATA = {"MNIST": ("dataset=losac/mnist",), "HAR": ("dataset=har",), "ESR": ("dataset=esr",)}
 
 
 def table2_arms(datasets, ts, ms, n_i, consistent: bool = True) -> tuple[Arm, ...]:
@@ -193,7 +193,7 @@ register(Reproduction(
     claim="the DLG reconstruction error decreases for DSGD and MimeSVRG and increases for FedAvg, SCAFFOLD and LoSAC",
     metrics=(Metric("dlg_error_ratio", "max", "dlg_error_ratio"),),  # logged once, after the last attack iteration
     scales={
-        "full": Scale(grid(FIG6, {ds: (f"dataset={d}",) for ds, d in (("MNIST", "mnist_binary"), ("HAR", "har_binary"), ("ESR", "esr"))}),
+        "full": Scale(grid(FIG6, {ds: (f"dataset={d}",) for ds, d in (("MNIST", "losac/mnist_binary"), ("HAR", "losac/har_binary"), ("ESR", "esr"))}),
                       (0, 1, 2), "cpu", "15 arms x 3 seeds x 5 rounds + 100 attack iterations: minutes", ("mnist", "har", "esr")),
         "ci": Scale(grid(FIG6, {"proxy": ()}), (0,), "cpu", "~1 min on 2 CPU cores",
                     config="losac/fig6/ci",
@@ -209,7 +209,7 @@ register(Reproduction(
 # ---------------------------------------------------------------------------------------------- Fig. 7
 FIG7 = {
     "LoSAC-Prox": ("algorithm=losac", "algorithm.regularizer=nuclear", "algorithm.lam=0.1"),
-    "SCAFFOLD-Prox": ("algorithm=scaffold_prox", "algorithm.regularizer=nuclear", "algorithm.lam=0.1", "algorithm.shape=[64,64]",
+    "SCAFFOLD-Prox": ("algorithm=scaffold/prox", "algorithm.regularizer=nuclear", "algorithm.lam=0.1", "algorithm.shape=[64,64]",
                       "batch_size=20"),
     "FedADMM": ("algorithm=fedadmm_lowrank", "eta_l=1e-4"),
 }

@@ -14,7 +14,7 @@ from fedbench.core.errors import ConfigError
         (["algorithm=fedprox", "algorithm.mu=-1"], "mu"),
         (["algorithm=scaffold", "algorithm.option=III"], "option"),
         (["algorithm=scaffold", "algorithm.regularizer=l2"], "regularizer"),
-        (["algorithm=scaffold_prox", "algorithm.regularizer=nuclear", "algorithm.shape=[3,3]"], "shape"),
+        (["algorithm=scaffold/prox", "algorithm.regularizer=nuclear", "algorithm.shape=[3,3]"], "shape"),
         (["algorithm=feddyn", "eta_g=0.5"], "eta_g"),
         (["algorithm=feddyn", "algorithm.alpha=0"], "alpha"),
         (["algorithm=fedcm", "algorithm.alpha=1.5"], "alpha"),

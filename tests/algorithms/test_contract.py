@@ -45,7 +45,7 @@ BRANCHES = {
                                "algorithm.ing_correction_anchor=x_tilde"],
     "fedadmm_local": ["algorithm=fedadmm", "algorithm.local_init=local", "algorithm.server_step=participation"],
     "fedadmm_lowrank_l1": ["algorithm=fedadmm_lowrank", "algorithm.regularizer=l1", "algorithm.grad_scale=one"],
-    "losac_paper_l1": ["algorithm=losac_paper", "algorithm.regularizer=l1", "algorithm.lam=0.01"],
+    "losac_paper_l1": ["algorithm=losac/paper", "algorithm.regularizer=l1", "algorithm.lam=0.01"],
 }
 # known bugs, to be fixed in the engine (each entry skips the vmap = loop check of one algorithm)
 LOOP_EXECUTOR_BUGS = {

@@ -69,7 +69,7 @@ def test_scaffold_prox_reaches_the_exact_composite_optimum():
     """With the l1 prox in every local step the fixed point is that of min f + lam ||x||_1:
     x = prox_{t lam}(x - t grad f(x)) for any t > 0."""
     lam, t = 0.1, 0.1
-    fed = build(*LSTSQ, "algorithm=scaffold_prox", f"algorithm.lam={lam}", f"clients_per_round={N}", "rounds=200")
+    fed = build(*LSTSQ, "algorithm=scaffold/prox", f"algorithm.lam={lam}", f"clients_per_round={N}", "rounds=200")
 
     def residual(x):
         return ((x - soft_threshold(x - t * global_grad(fed, x), t * lam)) / t).norm()

@@ -199,7 +199,7 @@ def test_paper_preset_with_warm_start_converges_to_a_wrong_point():
     """With zero init the paper preset converges exactly (test above); a SAGA warm start leaves the
     offset phi - (N/S) sum Y = -(N/S - 1) phi^0 forever (eq. 13), so the limit is not stationary."""
     L = max_block_curvature(build(*HETERO, "clients_per_round=1", "algorithm=fedsaga", "algorithm.blocks=4"), 4)
-    fed = build(*HETERO, "clients_per_round=3", f"eta_l={0.2 / L}", "algorithm=losac_paper", "algorithm.blocks=4")
+    fed = build(*HETERO, "clients_per_round=3", f"eta_l={0.2 / L}", "algorithm=losac/paper", "algorithm.blocks=4")
     state = initial_state(fed)
     _warm_start(fed, state, kappa=1.0)
     phi0 = state.server["phi"].clone()

@@ -42,9 +42,10 @@ def test_list_shows_the_zoo():
     assert res.exit_code == 0
     for name in ("emnist", "cifar10", "cifar100", "tinyimagenet", "har", "esr", "libsvm", "shakespeare", "sent140",
                  "c_noniid", "imbalanced_shards", "label_k", "composite_mnist", "pfl_noniid", "quantity_skew",
-                 "dirichlet_balanced", "iid_stratified", "logreg", "cnn1_fedadmm", "cnn2_fedadmm", "cnn_composite",
-                 "cnn_fedsso", "lenet", "resnet18_gn", "mlp_sent140"):
+                 "dirichlet_balanced", "iid_stratified", "logreg", "resnet18_gn"):
         assert re.search(rf"^\s+{name}\s", res.output, re.M), name
+    for paper, names in (("fedadmm", "cnn1, cnn2, fc"), ("composite", "cnn"), ("fedsso", "cnn, lenet, mlp_sent140")):
+        assert re.search(rf"^\s+{paper}\s+{names}$", res.output, re.M), paper  # model=<paper>/<name>
 
 
 def test_every_dataset_partition_and_model_config_validates():

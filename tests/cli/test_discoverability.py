@@ -25,13 +25,52 @@ def test_list_shows_every_config_file_variants_and_presets(listing):
     for group in ("algorithm", "dataset", "partition", "model"):
         for path in (Path(CONF) / group).glob("*.yaml"):
             assert path.stem in names, f"{group}={path.stem} is not listed"
-    assert any(line.split()[:3] == ["scaffold_prox", "->", "scaffold:"] for line in listing.splitlines())
-    assert any(line.split()[:3] == ["losac_paper", "->", "losac:"] for line in listing.splitlines())
     presets = {str(p.relative_to(Path(CONF) / "experiment").with_suffix("")) for p in (Path(CONF) / "experiment").rglob("*.yaml")}
     assert presets <= set(listing.split())
     fmnist = next(line for line in listing.splitlines() if line.split()[:1] == ["fmnist"])
     found = fmnist_folder()
     assert (f"[found: {found}]" in fmnist) if found else ("apt-get install dataset-fashion-mnist" in fmnist)
+
+
+def _section(listing: str, header: str) -> list[str]:
+    """The lines under the header line that starts with `header`, up to the next header."""
+    lines = listing.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith(" ")), len(lines))
+    return lines[start + 1:end]
+
+
+def test_list_shows_an_algorithms_variants_beneath_it(listing):
+    """algorithm/<name>/<variant>.yaml: one line each, indented under the algorithm it varies."""
+    lines = _section(listing, "algorithms (algorithm=<name>)")
+    for variant in sorted(p.relative_to(Path(CONF) / "algorithm").with_suffix("").as_posix()
+                          for p in (Path(CONF) / "algorithm").glob("*/*.yaml")):
+        at = next(i for i, line in enumerate(lines) if line.split()[:1] == [variant])
+        assert lines[at].startswith("    ")
+        parent = next(line for line in reversed(lines[:at]) if line.startswith("  ") and not line.startswith("   "))
+        assert parent.split()[0] == variant.split("/")[0], (variant, parent)
+    scaffold_prox = next(line for line in lines if line.split()[:1] == ["scaffold/prox"])
+    assert "SCAFFOLD-Prox" in scaffold_prox
+
+
+@pytest.mark.parametrize(("group", "title"), [("dataset", "datasets"), ("model", "models")])
+def test_list_shows_generic_choices_then_one_line_per_paper(listing, group, title):
+    """<group>/<name>.yaml are the generic choices (with what they are); <group>/<paper>/<name>.yaml
+    one line per paper: `fedadmm  cnn1, cnn2, fc` selects model=fedadmm/cnn1 etc."""
+    generic = _section(listing, f"{title} ({group}=<name>)")
+    assert [line.split()[0] for line in generic] == sorted(p.stem for p in (Path(CONF) / group).glob("*.yaml"))
+    papers = _section(listing, f"{title} of one paper's setting ({group}=<paper>/<name>)")
+    shown = {line.split()[0]: line.split(None, 1)[1].split(", ") for line in papers}
+    expected: dict[str, list[str]] = {}
+    for path in sorted((Path(CONF) / group).glob("*/*.yaml")):
+        expected.setdefault(path.parent.name, []).append(path.stem)
+    assert shown == expected
+    if group == "model":
+        assert shown["fedadmm"] == ["cnn1", "cnn2", "fc"] and "lenet" in shown["fedspeed"] and "lenet" in shown["fedsso"]
+    else:
+        assert shown["fedsso"] == ["cifar10", "emnist", "ijcnn1", "mnist"]
+        cifar10_half = next(line for line in generic if line.split()[:1] == ["cifar10_half"])
+        assert cifar10_half.split()[1:3] == ["->", "cifar10:"]  # a generic file selecting another registered name
 
 
 def test_run_help_lists_top_level_keys_and_hydra_help_offers_no_broken_completion(tmp_path):

@@ -3,13 +3,17 @@ the new one; `fedbench resume` of a run folder recorded under the old name conti
 
 from __future__ import annotations
 
+import pytest
 import torch
 from omegaconf import OmegaConf
 
 from tests.conftest import build
 from tests.faultkit import error_lines, fedbench
 from tests.problems import STOCHASTIC
-from fedbench.config.renames import map_overrides
+from fedbench.config.compose import compose, conf_dir
+from fedbench.config.preflight import preflight
+from fedbench.config.renames import RENAMED, map_overrides
+from fedbench.core.errors import ConfigError
 from fedbench.engine.loop import run
 from fedbench.runs.single import CHECKPOINT_NAME, config_hash
 
@@ -22,12 +26,64 @@ def test_an_old_name_is_refused_with_the_new_one(tmp_path):
         "(its hyperparameters are now algorithm.server_opt.<key>)"]
 
 
+@pytest.mark.parametrize(("group", "old"), [(g, o) for g, names in RENAMED.items() for o in names])
+def test_every_old_name_of_every_group_is_refused_naming_the_new_one(group, old):
+    new = RENAMED[group][old]
+    with pytest.raises(ConfigError) as refused:
+        preflight(conf_dir(), [f"{group}={old}"])
+    assert str(refused.value).startswith(f"{group}={old} was renamed: use {group}={new}")
+    with pytest.raises(ConfigError, match=f"{group}={old} was renamed"):  # in a sweep's later job too
+        preflight(conf_dir(), ["-m", f"{group}={new},{old}"])
+
+
+@pytest.mark.parametrize(("override", "line"), [
+    ("dataset=fmnist_fedadmm", "error: dataset=fmnist_fedadmm was renamed: use dataset=fedadmm/fmnist"),
+    ("model=cnn1_fedadmm", "error: model=cnn1_fedadmm was renamed: use model=fedadmm/cnn1"),
+])
+def test_a_renamed_dataset_or_model_is_refused_in_preflight_with_one_line(tmp_path, override, line):
+    out = fedbench("run", override, "rounds=1", cwd=tmp_path)
+    assert out.returncode == 2 and error_lines(out.stderr) == [line], out.stderr[-2000:]
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "mlruns").exists()  # refused before any work
+
+
+def test_a_config_dir_of_ones_own_may_use_an_old_name(tmp_path):
+    """`--config-dir` with a dataset/mnist_pfl.yaml of its own: that file is a choice, not a renamed one."""
+    (tmp_path / "dataset").mkdir()
+    (tmp_path / "dataset" / "mnist_pfl.yaml").write_text("name: digits\n")
+    preflight(conf_dir(), ["--config-dir", str(tmp_path), "dataset=mnist_pfl"])
+
+
 def test_overrides_map_the_name_and_the_keys_that_moved_with_it():
     assert map_overrides(["algorithm=fedyogi", "algorithm.tau=0.01", "+algorithm.v0=0.1", "rounds=3"]) == [
         "algorithm=fedavg/yogi", "algorithm.server_opt.tau=0.01", "+algorithm.server_opt.v0=0.1", "rounds=3"]
     assert map_overrides(["algorithm=fedsso_ref_v1", "algorithm.s_scale=1"]) == [
         "algorithm=fedsso/ref_v1", "algorithm.s_scale=1"]
     assert map_overrides(["algorithm=fedavg", "algorithm.server_opt.tau=1"]) == ["algorithm=fedavg", "algorithm.server_opt.tau=1"]
+    assert map_overrides(["dataset=mnist_pfl", "dataset.num_users=3", "model=lenet", "+model=cnn_fedsso", "seed=1"]) == [
+        "dataset=fedsso/mnist", "dataset.num_users=3", "model=fedsso/lenet", "+model=fedsso/cnn", "seed=1"]
+    assert map_overrides(["experiment=losac/fig4", "dataset=mnist", "model.name=lenet"]) == [
+        "experiment=losac/fig4", "dataset=mnist", "model.name=lenet"]  # current names and registered names stay
+
+
+@pytest.mark.parametrize(("group", "old"), [(g, o) for g, names in RENAMED.items() for o in names
+                                            if g != "algorithm" or o in ("scaffold_prox", "losac_paper")])
+def test_a_moved_file_selects_what_the_old_name_did(group, old):
+    """The files moved without changing what they select: a file's own keys, over the generic file it
+    extends (`defaults: [/<group>/<base>@_here_]`), with the registered name the old file had."""
+    import yaml
+
+    new = RENAMED[group][old]
+    raw = yaml.safe_load((conf_dir() / group / f"{new}.yaml").read_text())
+    bases = [d.split("@")[0].removeprefix(f"/{group}/") for d in raw.pop("defaults", []) if d != "_self_"]
+    assert all("/" not in b for b in bases)  # a moved file extends a generic one, not another paper's
+    expected = {}
+    for base in bases:
+        expected.update(OmegaConf.to_container(compose([f"{group}={base}"])[group]))
+    expected.update(raw)
+    assert OmegaConf.to_container(compose([f"{group}={new}"])[group]) == expected
+    registered = {"scaffold_prox": "scaffold", "losac_paper": "losac", "fmnist_fedadmm": "fmnist", "mnist_raw": "mnist",
+                  "mnist_binary": "mnist", "har_binary": "har"}.get(old, "pfl" if old.endswith("_pfl") else old)
+    assert expected["name"] == registered
 
 
 def test_resume_of_a_run_recorded_as_fedadam_continues_as_fedavg_adam(tmp_path):

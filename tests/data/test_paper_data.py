@@ -328,7 +328,7 @@ def test_augmentation_through_the_engine_is_chunk_and_executor_invariant(tmp_pat
     from fedbench.engine.loop import run
 
     write_tiny_cifar(tmp_path)
-    base = [f"data.root={tmp_path}", "dataset=cifar10", "model=lenet", "partition=iid", "num_clients=4",
+    base = [f"data.root={tmp_path}", "dataset=cifar10", "model=fedsso/lenet", "partition=iid", "num_clients=4",
             "clients_per_round=4", "rounds=2", "batch_size=4", "local_epochs=1", "eval_every=0", "eta_l=0.05"]
 
     def model_after(*extra):
@@ -387,8 +387,8 @@ def test_pfl_config_builds_a_federation_of_its_users():
     from fedbench.runs.build import build_federation
 
     fed, info = build_federation(make_cfg(
-        "dataset=mnist_pfl", "dataset.base=digits", "~dataset.base_args", "dataset.num_users=4",
-        "dataset.least_samples=2", "partition=natural", "num_clients=4", "clients_per_round=4", "model=cnn_fedsso"))
+        "dataset=fedsso/mnist", "dataset.base=digits", "~dataset.base_args", "dataset.num_users=4",
+        "dataset.least_samples=2", "partition=natural", "num_clients=4", "clients_per_round=4", "model=fedsso/cnn"))
     owner = fed.dataset.train_owner
     assert fed.clients.size.tolist() == torch.bincount(owner).tolist()
     assert info.num_train + info.num_test == 1797 and info.dim == 6230 - 196 * 30 + 16 * 30
