@@ -186,13 +186,16 @@ def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list
                    for group in work_groups([lanes[k].steps[p] for k, p in rows], fed0.client_chunk, spread)]
     works = [_chunk_work(lanes, chunk) for chunk in chunks]
 
-    prepared = None
-    if any(lane.fed.algorithm.two_phase for lane in lanes):  # Mime, FedDANE: a second broadcast
-        firsts = [lanes[chunk[0][0]].fed.algorithm.prepare(_chunk_down(lanes, chunk), _chunk_state(lanes, chunk), work)
-                  for chunk, work in zip(chunks, works)]
-        prepared = _by_lane(lanes, chunks, firsts)
+    prepared: list[State | None] = [None] * len(lanes)
+    two_phase = [i for i, chunk in enumerate(chunks) if lanes[chunk[0][0]].fed.algorithm.two_phase]
+    if two_phase:  # Mime, FedDANE: the clients' first uploads shape a second broadcast
+        firsts = [lanes[chunks[i][0][0]].fed.algorithm.prepare(_chunk_down(lanes, chunks[i]),
+                                                               _chunk_state(lanes, chunks[i]), works[i])
+                  for i in two_phase]
+        prepared = _by_lane(lanes, [chunks[i] for i in two_phase], firsts)
         for lane, first in zip(lanes, prepared):
-            lane.down = lane.fed.algorithm.rebroadcast(lane.state.server, lane.down, first, lane.cohort)
+            if first is not None:
+                lane.down = lane.fed.algorithm.rebroadcast(lane.state.server, lane.down, first, lane.cohort)
     uploads: list[State] = []
     for chunk, work in zip(chunks, works):
         up, new_client = lanes[chunk[0][0]].fed.algorithm.client_update(
@@ -205,8 +208,7 @@ def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list
                 lanes[k].state.tables[name].scatter(lane_ids, values if sel is None else values[sel])
         uploads.append(up)
     ups = _by_lane(lanes, chunks, uploads)
-    return [ClientRound(lane.cohort, lane.down, None if prepared is None else prepared[k], ups[k], lane.lr, lane.steps)
-            for k, lane in enumerate(lanes)]
+    return [ClientRound(lane.cohort, lane.down, prepared[k], ups[k], lane.lr, lane.steps) for k, lane in enumerate(lanes)]
 
 
 @dataclass
@@ -274,15 +276,19 @@ def _chunk_state(lanes: list[_Lane], chunk: list[tuple[int, int]]) -> State:
     return out
 
 
-def _by_lane(lanes: list[_Lane], chunks: list[list[tuple[int, int]]], uploads: list[State]) -> list[State]:
-    """Each lane's part of the chunks' uploads, in its cohort order."""
-    rows = [row for chunk in chunks for row in chunk]
-    up = _concat(uploads)
+def _by_lane(lanes: list[_Lane], chunks: list[list[tuple[int, int]]], uploads: list[State]) -> list[State | None]:
+    """Each lane's part of the chunks' uploads, in its cohort order (None for a lane with no client
+    in these chunks). A lane's clients all sit in chunks of its own algorithm."""
     device = lanes[0].fed.device
-    out = []
-    for k, lane in enumerate(lanes):
-        at = sorted((p, j) for j, (kk, p) in enumerate(rows) if kk == k)
-        order = [j for _, j in at]
+    out: list[State | None] = []
+    for k in range(len(lanes)):
+        mine = [i for i, chunk in enumerate(chunks) if any(kk == k for kk, _ in chunk)]
+        if not mine:
+            out.append(None)
+            continue
+        rows = [row for i in mine for row in chunks[i]]
+        up = _concat([uploads[i] for i in mine])
+        order = [j for _, j in sorted((p, j) for j, (kk, p) in enumerate(rows) if kk == k)]
         if order == list(range(len(rows))):
             out.append(up)
         else:

@@ -144,26 +144,27 @@ def run_grid(rep: Reproduction, scale: Scale, jobs: list[Job], folder: Path) -> 
     """Train every job in this process, each in folder/<arm>/<seed>; returns the runs' histories (the
     series the metrics and plots read) and the failed jobs' messages. A failed job (divergence, bad
     data, a bug) is reported and the others still run."""
-    from fedbench.runs.api import run_composed
+    from fedbench.runs.api import run_batched
 
     if rep.runner == "dlg":
         return run_attacks(rep, scale, jobs)
     keys = {m.source for m in rep.metrics} | set(rep.plot)
-    results, failures = [], []
     for job in jobs:
-        arm = job.arm
         announce(rep, scale, job)
-        try:
-            run = run_composed(job.cfg, job.overrides, folder / arm.slug / str(job.seed), progress=True,
-                               label=f"{arm.slug} seed {job.seed}", sweep=True)
-        except Exception as exc:  # noqa: BLE001 - one failed job of the grid; the others run
-            if isinstance(exc, FedbenchError):
-                report_error(exc)
+    # arms and seeds that share data set, split and model train as lanes of one program
+    runs = run_batched([(job.cfg, job.overrides, folder / job.arm.slug / str(job.seed), f"{job.arm.slug} seed {job.seed}")
+                        for job in jobs], progress=True, sweep=True)
+    results, failures = [], []
+    for job, run in zip(jobs, runs):
+        arm = job.arm
+        if isinstance(run, Exception):  # one failed job of the grid; the others ran
+            if isinstance(run, FedbenchError):
+                report_error(run)
             else:  # a bug: show it
                 import traceback
 
-                traceback.print_exc()
-            failures.append(f"{arm.method} [{arm.group}] seed {job.seed}: {exc}")
+                traceback.print_exception(run)
+            failures.append(f"{arm.method} [{arm.group}] seed {job.seed}: {run}")
             continue
         results.append(RunResult(arm.method, arm.group, job.seed, int(job.cfg.rounds), series(run.history, keys)))
     return in_grid_order(scale, results), failures

@@ -105,6 +105,36 @@ def run_composed(cfg, job: list[str], run_dir: Path, progress: bool = False, lab
     return RunResult(list(job), pd.DataFrame(history), summary, summary["run_id"], run_dir)
 
 
+def run_batched(jobs: list[tuple[Any, list[str], Path, str]], progress: bool = False, sweep: bool = False
+                ) -> list[RunResult | Exception]:
+    """run_composed for many jobs (cfg, overrides, run_dir, label) at once: those that share data set,
+    split and model train as lanes of one program (runs.batched, as hydra/launcher=batched); each is
+    recorded and checkpointed as if run alone. Returns per job its RunResult or the exception it
+    failed with (the others still run)."""
+    from omegaconf import OmegaConf
+
+    from fedbench.runs.batched import GroupJob, run_group, split_groups
+    from fedbench.runs.single import check_writable
+
+    specs = []
+    for cfg, overrides, run_dir, label in jobs:
+        check_writable(run_dir / ".hydra")
+        OmegaConf.save(OmegaConf.create(list(overrides)), run_dir / ".hydra" / "overrides.yaml")
+        specs.append(GroupJob(cfg, run_dir, {"overrides": " ".join(overrides)[:5000]}, label))
+    out: list[RunResult | Exception] = [None] * len(jobs)  # type: ignore[list-item]
+    for members in split_groups(specs, 0):
+        results = run_group([specs[i] for i in members], quiet=not progress, sweep=sweep)
+        for i, result in zip(members, results):
+            if isinstance(result, BaseException):
+                out[i] = result
+                continue
+            history = result.pop("history", None)
+            if history is None:
+                history = _history_from_mlflow(result["tracking_uri"], result["run_id"])
+            out[i] = RunResult(list(jobs[i][1]), pd.DataFrame(history), result, result["run_id"], jobs[i][2])
+    return out
+
+
 def _history_from_mlflow(uri: str, run_id: str) -> list[dict[str, float]]:
     from mlflow.tracking import MlflowClient
 

@@ -79,7 +79,7 @@ def split_groups(jobs: list[GroupJob], max_batch: int) -> list[list[int]]:
     return out
 
 
-def run_group(jobs: list[GroupJob], quiet: bool = False, say=None) -> list[dict[str, Any] | BaseException]:
+def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> list[dict[str, Any] | BaseException]:
     """Train the jobs of one group as lanes; returns per job its summary or the exception it failed
     with (a failed job never stops the others). A Ctrl-C checkpoints every lane after its current
     round, marks the runs KILLED and is raised again."""
@@ -92,7 +92,7 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, say=None) -> list[dict[
     except Exception as exc:  # a data or model error is every job's
         return [exc] * len(jobs)
     results: list[dict[str, Any] | BaseException | None] = [None] * len(jobs)
-    sessions = [Job(cfg, job.run_dir, quiet, job.tags, True, job.label, job.log_file) for cfg, job in zip(cfgs, jobs)]
+    sessions = [Job(cfg, job.run_dir, quiet, job.tags, sweep, job.label, job.log_file) for cfg, job in zip(cfgs, jobs)]
     live = []
     for k, (session, (fed, info)) in enumerate(zip(sessions, built)):
         try:

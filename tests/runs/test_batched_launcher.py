@@ -122,3 +122,22 @@ def test_only_lanes_that_differ_in_the_seed_or_the_step_size_share_chunks():
     assert len({keys[0], *keys[3:]}) == 3  # another mu or batch size trains in chunks of its own
     fedsso = [make_cfg("algorithm=fedsso", "num_clients=6", "clients_per_round=3", f"eta_l={lr}") for lr in (0.1, 0.2)]
     assert len({mixing_key(fed) for fed, _ in build_lanes(fedsso)}) == 2  # no lr_rows: a step size apart
+
+
+def test_lanes_of_different_algorithms_two_phase_ones_included_each_get_their_own_run():
+    import torch
+
+    from fedbench.engine.loop import initial_state, run, run_lanes
+    from fedbench.runs.build import build_federation, build_lanes
+
+    cfgs = [make_cfg(f"algorithm={name}", "num_clients=6", "clients_per_round=3", "rounds=3", "engine.dtype=float64",
+                     f"seed={seed}") for seed, name in enumerate(["fedavg", "mime_svrg", "feddane", "scaffold", "mime_svrg"])]
+    feds = [fed for fed, _ in build_lanes(cfgs)]
+    states = [initial_state(fed) for fed in feds]
+    run_lanes(feds, states, None, lambda k, st, exc: pytest.fail(f"lane {k}: {exc}"))
+    for cfg, got in zip(cfgs, states):
+        fed, _ = build_federation(cfg)
+        alone = run(fed, initial_state(fed))
+        for key, value in alone.server.items():
+            torch.testing.assert_close(got.server[key], value, rtol=1e-10, atol=1e-10)
+        assert (got.floats_down, got.floats_up) == (alone.floats_down, alone.floats_up)
