@@ -141,3 +141,17 @@ def test_lanes_of_different_algorithms_two_phase_ones_included_each_get_their_ow
         for key, value in alone.server.items():
             torch.testing.assert_close(got.server[key], value, rtol=1e-10, atol=1e-10)
         assert (got.floats_down, got.floats_up) == (alone.floats_down, alone.floats_up)
+
+
+def test_optuna_trials_are_asked_n_jobs_at_a_time_and_each_batch_is_one_group(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    db = tmp_path / "m.db"
+    res = fedbench("run", "-m", "hydra/sweeper=optuna", "hydra/launcher=batched", "hydra.sweeper.direction=maximize",
+                   "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2", "eta_l=interval(0.01,0.5)", *SETTING,
+                   f"tracking.uri=sqlite:///{db}", f"hydra.sweep.dir={tmp_path}/s", cwd=tmp_path, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.count("2 job(s) in 1 group(s)") == 2
+    finished = runs(db)[1]
+    assert len(finished) == 4 and {r.info.status for r in finished} == {"FINISHED"}
+    best = max(r.data.metrics["test_accuracy"] for r in finished)
+    assert f"Best value: {best}" in res.stdout + res.stderr
