@@ -37,3 +37,23 @@ def runs(db: Path):
 
     client = MlflowClient(f"sqlite:///{db}")
     return client, [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+
+
+def record_as(run_dir: Path, overrides: list[str], rounds: int, edit=None) -> None:
+    """Rewrite a run folder as another version recorded it: its overrides, its config (`rounds`, and
+    `edit(config)` for a recorded layout), and the checkpoint's config hash to match."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from fedbench.runs.single import CHECKPOINT_NAME, config_hash
+
+    hydra = run_dir / ".hydra"
+    OmegaConf.save(OmegaConf.create(list(overrides)), hydra / "overrides.yaml")
+    recorded = OmegaConf.load(hydra / "config.yaml")
+    recorded.rounds = rounds
+    if edit is not None:
+        edit(recorded)
+    OmegaConf.save(recorded, hydra / "config.yaml")
+    payload = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
+    payload["config_hash"] = config_hash(recorded)
+    torch.save(payload, run_dir / CHECKPOINT_NAME)

@@ -7,9 +7,9 @@ import torch
 from omegaconf import OmegaConf
 
 from tests.conftest import build
-from tests.faultkit import SMALL, fedbench
+from tests.faultkit import SMALL, fedbench, record_as
 from fedbench.engine.loop import run
-from fedbench.runs.single import CHECKPOINT_NAME, config_hash
+from fedbench.runs.single import CHECKPOINT_NAME
 
 # FedSpeed's synthetic proxy data, FedADMM's FC model (8 hidden units), SCAFFOLD-Prox: offline and small
 NEW = [*SMALL, "dataset=fedspeed/proxy_synth", "dataset.n_samples=300", "dataset.n_test=100", "model=fedadmm/fc",
@@ -29,13 +29,7 @@ def test_resume_maps_a_recorded_dataset_model_and_variant_and_continues(tmp_path
     assert out.returncode == 0, out.stderr[-3000:]
     hydra = run_dir / ".hydra"
     old = [OLD_NAMES.get(o, o) for o in NEW]
-    OmegaConf.save(OmegaConf.create([*old, "rounds=4", *placement]), hydra / "overrides.yaml")
-    recorded = OmegaConf.load(hydra / "config.yaml")
-    recorded.rounds = 4
-    OmegaConf.save(recorded, hydra / "config.yaml")
-    payload = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
-    payload["config_hash"] = config_hash(recorded)
-    torch.save(payload, run_dir / CHECKPOINT_NAME)
+    record_as(run_dir, [*old, "rounds=4", *placement], 4)
 
     out = fedbench("resume", str(run_dir), cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]

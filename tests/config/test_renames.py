@@ -8,14 +8,14 @@ import torch
 from omegaconf import OmegaConf
 
 from tests.conftest import build
-from tests.faultkit import error_lines, fedbench
+from tests.faultkit import error_lines, fedbench, record_as
 from tests.problems import STOCHASTIC
 from fedbench.config.compose import compose, conf_dir
 from fedbench.config.preflight import preflight
 from fedbench.config.renames import RENAMED, map_overrides
 from fedbench.core.errors import ConfigError
 from fedbench.engine.loop import run
-from fedbench.runs.single import CHECKPOINT_NAME, config_hash
+from fedbench.runs.single import CHECKPOINT_NAME
 
 
 def test_an_old_name_is_refused_with_the_new_one(tmp_path):
@@ -97,17 +97,12 @@ def test_resume_of_a_run_recorded_as_fedadam_continues_as_fedavg_adam(tmp_path):
                    f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     old = [o.replace("algorithm=fedavg/adam", "algorithm=fedadam").replace("server_opt.", "") for o in new]
-    hydra = run_dir / ".hydra"
-    OmegaConf.save(OmegaConf.create([*old, "rounds=4", "tracking.checkpoint_every=1", f"tracking.uri={db}",
-                                     f"hydra.run.dir={run_dir}"]), hydra / "overrides.yaml")
-    recorded = OmegaConf.load(hydra / "config.yaml")
-    recorded.rounds = 4
-    hyper = OmegaConf.to_container(recorded.algorithm.server_opt)
-    recorded.algorithm = {"name": "fedadam", **{k: v for k, v in hyper.items() if k != "name"}}
-    OmegaConf.save(recorded, hydra / "config.yaml")
-    payload = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
-    payload["config_hash"] = config_hash(recorded)
-    torch.save(payload, run_dir / CHECKPOINT_NAME)
+    def as_fedadam(recorded):
+        hyper = OmegaConf.to_container(recorded.algorithm.server_opt)
+        recorded.algorithm = {"name": "fedadam", **{k: v for k, v in hyper.items() if k != "name"}}
+
+    record_as(run_dir, [*old, "rounds=4", "tracking.checkpoint_every=1", f"tracking.uri={db}",
+                        f"hydra.run.dir={run_dir}"], 4, as_fedadam)
 
     out = fedbench("resume", str(run_dir), cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
