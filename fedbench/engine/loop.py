@@ -210,11 +210,14 @@ def run(
     fed: Federation,
     state: RunState | None = None,
     on_round: Callable[[RunState, dict[str, float]], None] | None = None,
+    warmup: float | None = None,
 ) -> RunState:
-    """Run rounds state.round .. fed.rounds-1. `on_round` sees every round's metrics."""
+    """Run rounds state.round .. fed.rounds-1. `on_round` sees every round's metrics. `warmup`:
+    the seconds of a warm_up(fed, state) the caller ran already (else it runs here)."""
     state = state or initial_state(fed)
     data = fed.dataset
-    warmup = warm_up(fed, state) if state.round < fed.rounds else None
+    if warmup is None and state.round < fed.rounds:
+        warmup = warm_up(fed, state)
     while state.round < fed.rounds:
         t0 = time.perf_counter()
         down, up = run_round(fed, state)

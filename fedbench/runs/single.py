@@ -16,23 +16,12 @@ from omegaconf import DictConfig, OmegaConf
 from fedbench.config.validate import written_out
 from fedbench.runs.build import build_federation
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
-from fedbench.engine.loop import initial_state, run
+from fedbench.engine.loop import initial_state, run, warm_up
 from fedbench.core.errors import DivergenceError, FedbenchError
-from fedbench.tracking.store import StoreError
+from fedbench.tracking.store import StoreError, quiet_libraries
 from fedbench.tracking.targets import format_rounds
 
 CHECKPOINT_NAME = "checkpoint.pt"
-
-
-def quiet_libraries() -> None:
-    import logging
-
-    import mlflow  # noqa: F401  (configures its loggers on import: silence them afterwards)
-
-    for name in ("mlflow", "alembic", "matplotlib", "urllib3"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    # a failing store (full disk) is reported in one line of ours; MLflow would add its own traceback
-    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def config_hash(cfg: DictConfig) -> str:
@@ -52,20 +41,44 @@ def run_job(
     In a sweep (`sweep=True`) with tracking.skip_finished, a configuration that already FINISHED
     in the experiment is not run again (its summary is returned), and an interrupted one
     continues from the checkpoint in the run directory recorded in its `run_dir` tag.
-    """
-    from fedbench.tracking.recorder import Recorder
 
+    A run that `fedbench run` prestarted a writer for (tracking.writer) is recorded by that
+    process; any other (from Python, a sweep's job) imports MLflow and records in this one.
+    """
+    from fedbench.tracking import writer as tracking_writer
+
+    writer = None if sweep else tracking_writer.take()
+    try:
+        return _run_job(cfg, run_dir, quiet, tags, sweep, label, log_file, writer)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def _run_job(cfg: DictConfig, run_dir: Path, quiet: bool, tags: dict[str, str] | None, sweep: bool, label: str,
+             log_file: Path | None, writer) -> dict[str, Any]:
     say = JobOutput(label, log_file, quiet)
-    quiet_libraries()
+    if writer is None:
+        quiet_libraries()
     cfg = written_out(cfg)  # recorded the same however it was typed (shorthands written out)
     if cfg.engine.get("threads"):
         torch.set_num_threads(int(cfg.engine.threads))
     fed, info = build_federation(cfg)  # every config and data error surfaces here, before MLflow
-    recorder = Recorder(cfg)
+    if writer is None:
+        from fedbench.tracking.recorder import Recorder
+
+        recorder = Recorder(cfg)
+    else:
+        from fedbench.tracking.writer import RemoteRecorder
+
+        recorder = RemoteRecorder(writer, cfg)
     recorder.check_reachable()
     check_writable(run_dir)
 
     state = initial_state(fed)
+    warmup = None
+    if writer is not None and not cfg.get("resume") and state.round < fed.rounds:
+        warmup = warm_up(fed, state)  # while the writer opens the store (its answer awaited by the next call)
     checkpoint = run_dir / CHECKPOINT_NAME
     digest = config_hash(cfg)
     if sweep and cfg.tracking.get("skip_finished", True):
@@ -134,7 +147,7 @@ def run_job(
 
     try:
         with GracefulInterrupt(quiet) as stop:
-            state = run(fed, state, on_round)
+            state = run(fed, state, on_round, warmup=warmup)
         recorder.flush()  # the checkpoint never claims rounds the record lacks
         save_checkpoint(checkpoint, state, run_id, digest)
     except DivergenceError as exc:

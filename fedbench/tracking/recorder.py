@@ -177,13 +177,14 @@ class Recorder:
             self.client.log_artifact(self.run_id, str(path))
         return self.run_id
 
-    def log_round(self, metrics: dict[str, float], force: bool = False) -> None:
+    def log_round(self, metrics: dict[str, float], force: bool = False, stamp: int | None = None) -> None:
+        """Buffer one round's metrics, stamped now (or at `stamp`, milliseconds since the epoch)."""
         from mlflow.entities import Metric
 
         step = int(metrics["round"])
         if step <= self._skip_through:
             return
-        stamp = int(time.time() * 1000)
+        stamp = int(time.time() * 1000) if stamp is None else stamp
         self._pending.append([Metric(k, float(v), stamp, step) for k, v in metrics.items() if k != "round"])
         if force or time.monotonic() - self._last_flush > self.flush_seconds:
             self.flush()

@@ -1,5 +1,6 @@
-"""Start-up (issue 20): `fedbench --help` and `fedbench list` import neither torch nor pandas, and
-the registrations `list` reads from source are exactly the registries'."""
+"""Start-up (issue 20): `fedbench --help` and `fedbench list` import neither torch nor pandas, the
+registrations `list` reads from source are exactly the registries', and `fedbench run` leaves MLflow
+and the run's curves to its writer process."""
 
 from __future__ import annotations
 
@@ -27,6 +28,30 @@ def test_light_commands_import_no_heavy_library(args):
     proc = subprocess.run([sys.executable, "-c", PROBE.format(args=args)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "HEAVY []" in proc.stdout, proc.stdout[-500:]
+
+
+RUN_PROBE = """
+import sys
+from fedbench.cli.app import app
+try:
+    app({args!r})
+except SystemExit as exc:
+    print("EXIT", exc.code)
+print("LOADED", sorted(m for m in ("mlflow", "sqlalchemy", "alembic", "pandas", "matplotlib") if m in sys.modules))
+"""
+
+
+def test_a_run_leaves_mlflow_pandas_and_matplotlib_to_its_writer(tmp_path):
+    from tests.faultkit import SMALL, env, runs
+
+    args = ["run", *SMALL, "rounds=2", "tracking.artifacts=true", f"tracking.uri=sqlite:///{tmp_path}/m.db",
+            f"hydra.run.dir={tmp_path}/run"]
+    proc = subprocess.run([sys.executable, "-c", RUN_PROBE.format(args=args)], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path, env=env())
+    assert "EXIT 0" in proc.stdout, proc.stderr[-3000:]
+    assert "LOADED []" in proc.stdout, proc.stdout[-500:]
+    client, [run] = runs(tmp_path / "m.db")
+    assert run.info.status == "FINISHED" and {a.path for a in client.list_artifacts(run.info.run_id)} >= {"curves.png"}
 
 
 def test_declared_registrations_equal_the_registries():
