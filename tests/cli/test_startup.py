@@ -69,3 +69,12 @@ def test_a_light_data_module_loads_alone_and_the_registry_fills_itself():
             "from fedbench.data.partitions import PARTITIONS; assert 'quantity_skew' in PARTITIONS")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_command_exits_with_its_code_after_the_atexit_handlers_and_flushed_streams():
+    code = ("import atexit, sys; from fedbench.cli.app import exit_now; "
+            "atexit.register(lambda: print('atexit ran')); print('out', end=''); sys.stderr.write('err'); "
+            "exit_now({code!r})")
+    for given, status, stderr in ((None, 0, "err"), (3, 3, "err"), ("a message", 1, "erra message\n")):
+        proc = subprocess.run([sys.executable, "-c", code.format(code=given)], capture_output=True, text=True, timeout=60)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (status, "outatexit ran\n", stderr)
