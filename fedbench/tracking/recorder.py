@@ -162,15 +162,16 @@ class Recorder:
             return run_id
         from mlflow.utils import mlflow_tags
 
+        commit = git_commit()  # one `git rev-parse` for both tags
         source = {mlflow_tags.MLFLOW_SOURCE_NAME: "fedbench run", mlflow_tags.MLFLOW_SOURCE_TYPE: "LOCAL",
-                  mlflow_tags.MLFLOW_USER: _user(), mlflow_tags.MLFLOW_GIT_COMMIT: git_commit()}
+                  mlflow_tags.MLFLOW_USER: _user(), mlflow_tags.MLFLOW_GIT_COMMIT: commit}
         name = self.cfg.tracking.get("run_name") or readable_run_name(self.cfg)
         run = self.client.create_run(self.experiment_id, run_name=name, tags={**source, **tags})
         self.run_id = run.info.run_id
         params = [Param(k, v) for k, v in flatten_config(self.cfg).items()]
         for i in range(0, len(params), 100):
             self.client.log_batch(self.run_id, params=params[i : i + 100])
-        self.client.log_batch(self.run_id, tags=[RunTag("git_commit", git_commit())])
+        self.client.log_batch(self.run_id, tags=[RunTag("git_commit", commit)])
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "config.yaml"
             path.write_text(OmegaConf.to_yaml(self.cfg, resolve=True))

@@ -248,10 +248,22 @@ class _Served:
 
 
 def _import_pyplot() -> None:
+    """matplotlib, and a first small figure drawn to memory: its fonts and renderer are then ready for
+    the run's curves (tracking.plots, the same figure however many come before it)."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot  # noqa: F401
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(2, 2))
+    ax.plot([0, 1], [0, 1])
+    ax.set_xlabel("round")
+    fig.suptitle("warm-up")
+    fig.tight_layout()
+    fig.savefig(io.BytesIO(), format="png", dpi=30)
+    plt.close(fig)
 
 
 def _answer(exc: BaseException) -> tuple[bytes | None, str]:

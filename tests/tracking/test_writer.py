@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -37,6 +38,9 @@ def test_the_writer_records_what_one_process_records(tmp_path):
     cli, api = by_dir[str(tmp_path / "cli")], by_dir[str(tmp_path / "api")]
     assert _record(client, cli) == _record(client, api)
     assert cli.info.run_id in out.stdout and {"config.yaml", "metrics.csv", "curves.png"} <= set(_record(client, cli)["artifacts"])
+    for name in ("config.yaml", "curves.png"):  # byte for byte (metrics.csv holds the timings)
+        paths = [client.download_artifacts(r.info.run_id, name, str(tmp_path / r.info.run_id)) for r in (cli, api)]
+        assert Path(paths[0]).read_bytes() == Path(paths[1]).read_bytes(), name
     # the metrics keep the time stamps of their rounds, not of the writer's batches
     stamps = [m.timestamp for m in sorted(client.get_metric_history(cli.info.run_id, "floats_up"), key=lambda m: m.step)]
     assert stamps == sorted(stamps) and cli.info.start_time <= stamps[0] <= stamps[-1] <= cli.info.end_time
