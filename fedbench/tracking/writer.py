@@ -97,7 +97,7 @@ class Writer:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             code = None
-        return StoreError(f"the MLflow writer process stopped (exit code {code}); the run's record is incomplete")
+        return StoreError(f"the MLflow writer process stopped (exit code {code})")
 
     def close(self) -> None:
         """Let the writer finish what it was asked and exit; one never asked anything is stopped at once."""
