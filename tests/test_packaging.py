@@ -38,11 +38,14 @@ def test_the_wheel_carries_the_configs_and_runs_in_an_empty_folder(tmp_path):
     assert install.returncode == 0, install.stderr[-3000:]
     work = tmp_path / "empty"
     work.mkdir()
+    import os
+
+    alone = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the wheel's fedbench, not a checkout's
     where = subprocess.run([str(python), "-c", "import fedbench; print(fedbench.__file__)"], cwd=work,
-                           capture_output=True, text=True, timeout=120)
+                           capture_output=True, text=True, timeout=120, env=alone)
     assert where.stdout.strip().startswith(str(venv)), where.stdout
     run = subprocess.run([str(venv / "bin" / "fedbench"), "run", "rounds=1"], cwd=work, capture_output=True, text=True,
-                         timeout=600)
+                         timeout=600, env=alone)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "final test accuracy" in run.stdout and (work / "outputs" / "mlflow.db").is_file()
 

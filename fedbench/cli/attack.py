@@ -46,7 +46,7 @@ def dlg(
     from fedbench.attacks.record import recorded_attack
     from fedbench.config.compose import compose
     from fedbench.core.errors import ConfigError
-    from fedbench.runs.single import quiet_libraries
+    from fedbench.tracking.store import quiet_libraries
 
     import math
 

@@ -332,14 +332,16 @@ def run(
     fed: Federation,
     state: RunState | None = None,
     on_round: Callable[[RunState, dict[str, float]], None] | None = None,
+    warmup: float | None = None,
 ) -> RunState:
-    """Run rounds state.round .. fed.rounds-1. `on_round` sees every round's metrics."""
+    """Run rounds state.round .. fed.rounds-1. `on_round` sees every round's metrics. `warmup`:
+    the seconds of a warm_up(fed, state) the caller ran already (else it runs here)."""
     state = state or initial_state(fed)
 
     def failed(k: int, st: RunState, exc: Exception) -> None:
         raise exc
 
-    run_lanes([fed], [state], None if on_round is None else (lambda k, st, m: on_round(st, m)), failed)
+    run_lanes([fed], [state], None if on_round is None else (lambda k, st, m: on_round(st, m)), failed, warmup)
     return state
 
 
@@ -348,16 +350,18 @@ def run_lanes(
     states: list[RunState],
     on_round: Callable[[int, RunState, dict[str, float]], bool | None] | None,
     on_failure: Callable[[int, RunState, DivergenceError], None],
+    warmup: float | None = None,
 ) -> None:
     """Run several runs (lanes) that share their clients' data, round by round: the lanes at the
     lowest round train together (lanes_client_round), so lanes resumed at later rounds wait for the
     others to catch up. A lane that diverges is handed to `on_failure` and leaves, as does a lane
     whose `on_round` returns False; the others go on.
     Each lane's `wall_time` is its share of the rounds it trained in (the round's time over the
-    lanes in it)."""
+    lanes in it). `warmup`: the seconds of a warm_up the caller ran already (else it runs here)."""
     failed: set[int] = set()
     live = [k for k in range(len(feds)) if states[k].round < feds[k].rounds]
-    warmup = warm_up(feds[live[0]], states[live[0]]) if live else None
+    if warmup is None and live:
+        warmup = warm_up(feds[live[0]], states[live[0]])
     while True:
         live = [k for k in range(len(feds)) if k not in failed and states[k].round < feds[k].rounds]
         if not live:

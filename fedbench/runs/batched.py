@@ -22,7 +22,8 @@ from fedbench.config.validate import written_out
 from fedbench.core.errors import DivergenceError
 from fedbench.engine.loop import run_lanes
 from fedbench.runs.build import build_lanes
-from fedbench.runs.single import GracefulInterrupt, Job, quiet_libraries
+from fedbench.runs.single import GracefulInterrupt, Job
+from fedbench.tracking.store import quiet_libraries
 
 # what lanes share: the data, its split, the model and how rounds are computed
 SHARED_KEYS = ("dataset", "data", "partition", "num_clients", "model", "loss_scale", "engine")

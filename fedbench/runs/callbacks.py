@@ -23,8 +23,7 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # One process creates the SQLite schema and the experiment, so that parallel jobs
         # do not race on MLflow's database migrations.
-        from fedbench.runs.single import quiet_libraries
-        from fedbench.tracking.store import open_store, probe_server, resolve_tracking_uri
+        from fedbench.tracking.store import open_store, probe_server, quiet_libraries, resolve_tracking_uri
 
         quiet_libraries()
         FAILURES.clear()

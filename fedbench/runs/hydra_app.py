@@ -22,6 +22,11 @@ HYDRA_FLAGS = """Hydra flags that `fedbench run` passes through:
 `fedbench list` shows the choices of every config group."""
 
 
+# Flags of a command line that trains no single run: no MLflow writer is started for it.
+NO_RUN_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--multirun", "-m", "-sc",
+                "--shell-completion")
+
+
 @dataclass
 class HydraJob:
     """A Hydra job's place: its output folder, labels and tags (read from HydraConfig in the job)."""
@@ -127,6 +132,7 @@ def hydra_main(argv: list[str]) -> int:
 
     from fedbench.runs import callbacks as sweep
     from fedbench.config.preflight import preflight
+    from fedbench.tracking import writer
 
     from fedbench.core.errors import ConfigError
 
@@ -145,16 +151,21 @@ def hydra_main(argv: list[str]) -> int:
     for flag, value in zip(argv, argv[1:]):
         if flag in ("--config-dir", "-cd") and not Path(value).is_dir():
             raise ConfigError(f"{flag} {value}: no such folder (it adds config groups, e.g. my_conf/algorithm/x.yaml)")
-    if not any(a in ("--help", "-h", "--hydra-help", "--info", "-i") for a in argv):
-        preflight(CONF_DIR, argv)
-    decorated = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)(_hydra_task)
-    saved = sys.argv
-    sys.argv = ["fedbench", *argv]
-    sweep.FAILURES.clear()
+    if not any(a.split("=")[0] in NO_RUN_FLAGS for a in argv):
+        writer.prestart()  # MLflow's import and store in a process of their own, beside this one's torch
     try:
-        decorated()
+        if not any(a in ("--help", "-h", "--hydra-help", "--info", "-i") for a in argv):
+            preflight(CONF_DIR, argv)
+        decorated = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)(_hydra_task)
+        saved = sys.argv
+        sys.argv = ["fedbench", *argv]
+        sweep.FAILURES.clear()
+        try:
+            decorated()
+        finally:
+            sys.argv = saved
     finally:
-        sys.argv = saved
+        writer.discard()  # one no run took
     if sweep.FAILURES:
         print(f"{len(sweep.FAILURES)} job(s) failed:\n  " + "\n  ".join(sweep.FAILURES), file=sys.stderr)
         return 1

@@ -16,23 +16,12 @@ from omegaconf import DictConfig, OmegaConf
 from fedbench.config.validate import written_out
 from fedbench.runs.build import build_federation
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
-from fedbench.engine.loop import initial_state, run
+from fedbench.engine.loop import initial_state, run, warm_up
 from fedbench.core.errors import DivergenceError, FedbenchError
-from fedbench.tracking.store import StoreError
+from fedbench.tracking.store import StoreError, quiet_libraries
 from fedbench.tracking.targets import format_rounds
 
 CHECKPOINT_NAME = "checkpoint.pt"
-
-
-def quiet_libraries() -> None:
-    import logging
-
-    import mlflow  # noqa: F401  (configures its loggers on import: silence them afterwards)
-
-    for name in ("mlflow", "alembic", "matplotlib", "urllib3"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    # a failing store (full disk) is reported in one line of ours; MLflow would add its own traceback
-    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def config_hash(cfg: DictConfig) -> str:
@@ -54,20 +43,36 @@ def run_job(
     In a sweep (`sweep=True`) with tracking.skip_finished, a configuration that already FINISHED
     in the experiment is not run again (its summary is returned), and an interrupted one
     continues from the checkpoint in the run directory recorded in its `run_dir` tag.
+
+    A run that `fedbench run` prestarted a writer for (tracking.writer) is recorded by that
+    process; any other (from Python, a sweep's job) imports MLflow and records in this one.
     """
-    quiet_libraries()
+    from fedbench.tracking import writer as tracking_writer
+
+    writer = None if sweep else tracking_writer.take()
+    try:
+        return _run_job(cfg, run_dir, quiet, tags, sweep, label, log_file, writer)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def _run_job(cfg: DictConfig, run_dir: Path, quiet: bool, tags: dict[str, str] | None, sweep: bool, label: str,
+             log_file: Path | None, writer) -> dict[str, Any]:
+    if writer is None:
+        quiet_libraries()
     cfg = written_out(cfg)  # recorded the same however it was typed (shorthands written out)
     if cfg.engine.get("threads"):
         torch.set_num_threads(int(cfg.engine.threads))
     fed, info = build_federation(cfg)  # every config and data error surfaces here, before MLflow
-    job = Job(cfg, run_dir, quiet, tags, sweep, label, log_file)
+    job = Job(cfg, run_dir, quiet, tags, sweep, label, log_file, writer)
     done = job.open(fed, info)
     if done is not None:
         return done
     try:
         with GracefulInterrupt(quiet) as stop:
             job.stop = stop
-            run(fed, job.state, job.on_round)
+            run(fed, job.state, job.on_round, warmup=job.warmup)
         job.save()
     except BaseException as exc:
         job.failed(exc)
@@ -79,8 +84,10 @@ class Job:
     batched group): skip-finished and resume, the MLflow record, checkpoints, progress lines."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path, quiet: bool = False, tags: dict[str, str] | None = None,
-                 sweep: bool = False, label: str = "", log_file: Path | None = None):
+                 sweep: bool = False, label: str = "", log_file: Path | None = None, writer=None):
         self.cfg, self.run_dir, self.quiet, self.tags, self.sweep, self.label = cfg, run_dir, quiet, tags, sweep, label
+        self.writer = writer  # a tracking.writer process that records for this run, or None: MLflow in this one
+        self.warmup: float | None = None
         self.say = JobOutput(label, log_file, quiet)
         self.stop: GracefulInterrupt | None = None
         self.bar = None
@@ -88,14 +95,22 @@ class Job:
     def open(self, fed, info, extra_tags: dict[str, str] | None = None) -> dict[str, Any] | None:
         """Prepare the record and the state to train from; returns the summary instead when there is
         nothing to train (a finished configuration skipped in a sweep, a finished run resumed)."""
-        from fedbench.tracking.recorder import Recorder
-
         cfg, run_dir, say, tags = self.cfg, self.run_dir, self.say, self.tags
         self.fed = fed
-        self.recorder = recorder = Recorder(cfg)
+        if self.writer is None:
+            from fedbench.tracking.recorder import Recorder
+
+            recorder = Recorder(cfg)
+        else:
+            from fedbench.tracking.writer import RemoteRecorder
+
+            recorder = RemoteRecorder(self.writer, cfg)
+        self.recorder = recorder
         recorder.check_reachable()
         check_writable(run_dir)
         self.state = initial_state(fed)
+        if self.writer is not None and not cfg.get("resume") and self.state.round < fed.rounds:
+            self.warmup = warm_up(fed, self.state)  # while the writer opens the store (its answer awaited next)
         self.checkpoint = run_dir / CHECKPOINT_NAME
         self.digest = digest = config_hash(cfg)
         if self.sweep and cfg.tracking.get("skip_finished", True):

@@ -162,28 +162,30 @@ class Recorder:
             return run_id
         from mlflow.utils import mlflow_tags
 
+        commit = git_commit()  # one `git rev-parse` for both tags
         source = {mlflow_tags.MLFLOW_SOURCE_NAME: "fedbench run", mlflow_tags.MLFLOW_SOURCE_TYPE: "LOCAL",
-                  mlflow_tags.MLFLOW_USER: _user(), mlflow_tags.MLFLOW_GIT_COMMIT: git_commit()}
+                  mlflow_tags.MLFLOW_USER: _user(), mlflow_tags.MLFLOW_GIT_COMMIT: commit}
         name = self.cfg.tracking.get("run_name") or readable_run_name(self.cfg)
         run = self.client.create_run(self.experiment_id, run_name=name, tags={**source, **tags})
         self.run_id = run.info.run_id
         params = [Param(k, v) for k, v in flatten_config(self.cfg).items()]
         for i in range(0, len(params), 100):
             self.client.log_batch(self.run_id, params=params[i : i + 100])
-        self.client.log_batch(self.run_id, tags=[RunTag("git_commit", git_commit())])
+        self.client.log_batch(self.run_id, tags=[RunTag("git_commit", commit)])
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "config.yaml"
             path.write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
             self.client.log_artifact(self.run_id, str(path))
         return self.run_id
 
-    def log_round(self, metrics: dict[str, float], force: bool = False) -> None:
+    def log_round(self, metrics: dict[str, float], force: bool = False, stamp: int | None = None) -> None:
+        """Buffer one round's metrics, stamped now (or at `stamp`, milliseconds since the epoch)."""
         from mlflow.entities import Metric
 
         step = int(metrics["round"])
         if step <= self._skip_through:
             return
-        stamp = int(time.time() * 1000)
+        stamp = int(time.time() * 1000) if stamp is None else stamp
         self._pending.append([Metric(k, float(v), stamp, step) for k, v in metrics.items() if k != "round"])
         if force or time.monotonic() - self._last_flush > self.flush_seconds:
             self.flush()

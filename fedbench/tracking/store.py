@@ -25,6 +25,18 @@ def one_line(exc: BaseException) -> str:
     return f"{exc.__class__.__name__}: {text[:300]}"
 
 
+def quiet_libraries() -> None:
+    """Import MLflow and keep its start-up and store logging quiet."""
+    import logging
+
+    import mlflow  # noqa: F401  (configures its loggers on import: silence them afterwards)
+
+    for name in ("mlflow", "alembic", "matplotlib", "urllib3"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # a failing store (full disk) is reported in one line of ours; MLflow would add its own traceback
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+
+
 def default_tracking_uri(outputs: Path = DEFAULT_OUTPUTS) -> str:
     """A SQLite store (MLflow's file store is in maintenance mode and refuses new stores)."""
     try:

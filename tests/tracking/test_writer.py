@@ -1,0 +1,122 @@
+"""`fedbench run` records through a writer process of its own (tracking.writer): the record is the
+one a run in one process writes, and a store or writer that fails ends the run with one line."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import make_cfg
+from tests.faultkit import SMALL, error_lines, fedbench, runs
+
+ARTIFACTS = [a for a in SMALL if not a.startswith("tracking.artifacts")]  # the curves too
+
+
+def _record(client, run) -> dict:
+    """What must not depend on the process that wrote it: everything but the run's id, folder, times."""
+    metrics = {k: [(m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, k), key=lambda m: m.step)]
+               for k in run.data.metrics if k not in ("wall_time", "eval_time", "warmup_time")}
+    timed = {k: [m.step for m in client.get_metric_history(run.info.run_id, k)]
+             for k in run.data.metrics if k in ("wall_time", "eval_time", "warmup_time")}
+    return {"params": run.data.params, "status": run.info.status, "name": run.info.run_name,
+            "tags": {k: v for k, v in run.data.tags.items() if k != "run_dir"}, "metrics": metrics, "timed": timed,
+            "artifacts": sorted(a.path for a in client.list_artifacts(run.info.run_id))}
+
+
+def test_the_writer_records_what_one_process_records(tmp_path):
+    from fedbench.runs.api import run as run_in_python
+
+    overrides = [*ARTIFACTS, "rounds=4", "targets=[0.3,0.99]", f"tracking.uri=sqlite:///{tmp_path}/m.db"]
+    out = fedbench("run", *overrides, f"hydra.run.dir={tmp_path}/cli", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    run_in_python(overrides, run_dir=tmp_path / "api")  # from Python: MLflow in this process
+    client, found = runs(tmp_path / "m.db")
+    by_dir = {r.data.tags["run_dir"]: r for r in found}
+    cli, api = by_dir[str(tmp_path / "cli")], by_dir[str(tmp_path / "api")]
+    assert _record(client, cli) == _record(client, api)
+    assert cli.info.run_id in out.stdout and {"config.yaml", "metrics.csv", "curves.png"} <= set(_record(client, cli)["artifacts"])
+    for name in ("config.yaml", "curves.png"):  # byte for byte (metrics.csv holds the timings)
+        paths = [client.download_artifacts(r.info.run_id, name, str(tmp_path / r.info.run_id)) for r in (cli, api)]
+        assert Path(paths[0]).read_bytes() == Path(paths[1]).read_bytes(), name
+    # the metrics keep the time stamps of their rounds, not of the writer's batches
+    stamps = [m.timestamp for m in sorted(client.get_metric_history(cli.info.run_id, "floats_up"), key=lambda m: m.step)]
+    assert stamps == sorted(stamps) and cli.info.start_time <= stamps[0] <= stamps[-1] <= cli.info.end_time
+
+
+def test_an_unusable_store_is_one_line_through_the_writer(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    out = fedbench("run", *SMALL, f"tracking.uri=sqlite:///{tmp_path}/a-file/m.db", f"hydra.run.dir={tmp_path}/r",
+                   cwd=tmp_path)
+    assert out.returncode == 1
+    [line] = error_lines(out.stderr)
+    assert line.startswith(f"error: cannot use the MLflow tracking store sqlite:///{tmp_path}/a-file/m.db")
+    assert "Traceback" not in out.stderr and not (tmp_path / "r" / "checkpoint.pt").exists()
+
+
+def test_an_unreachable_server_is_one_line_through_the_writer(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = fedbench("run", *SMALL, f"tracking.uri=http://127.0.0.1:{port}", f"hydra.run.dir={tmp_path}/r", cwd=tmp_path)
+    assert out.returncode == 1
+    [line] = error_lines(out.stderr)
+    assert line.startswith(f"error: cannot reach the MLflow tracking server http://127.0.0.1:{port}")
+
+
+def test_a_writer_that_dies_mid_run_ends_it_with_one_line_and_resume_completes_the_record(tmp_path, monkeypatch):
+    from fedbench.runs.single import run_job
+    from fedbench.tracking import writer
+    from fedbench.tracking.store import StoreError
+
+    cfg = make_cfg(f"tracking.uri=sqlite:///{tmp_path}/m.db", *SMALL, "rounds=5", "tracking.checkpoint_every=1")
+    real = writer.Writer.call
+
+    def call(self, method, *args):
+        if method == "flush" and any(metrics["round"] == 3 for metrics, _ in args[0]):
+            self.proc.kill()  # rounds 1 and 2 are in the record and checkpointed
+        return real(self, method, *args)
+
+    monkeypatch.setattr(writer.Writer, "call", call)
+    writer.prestart()
+    with pytest.raises(StoreError) as info:
+        run_job(cfg, tmp_path / "run", quiet=True)
+    message = str(info.value)
+    assert "\n" not in message and "the MLflow writer process stopped" in message
+    assert "the run stopped at round 3" in message and "stays RUNNING" in message and "fedbench resume" in message
+    monkeypatch.undo()
+    [run] = runs(tmp_path / "m.db")[1]
+    assert run.info.status == "RUNNING"
+    run_job(make_cfg(f"tracking.uri=sqlite:///{tmp_path}/m.db", *SMALL, "rounds=5", "tracking.checkpoint_every=1",
+                     "resume=true"), tmp_path / "run", quiet=True)
+    client, [run] = runs(tmp_path / "m.db")
+    assert run.info.status == "FINISHED"
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "floats_up")) == [1, 2, 3, 4, 5]
+
+
+def test_a_writer_no_run_takes_is_stopped(tmp_path):
+    from fedbench.tracking import writer
+
+    writer.prestart()
+    proc = writer._prestarted.proc
+    writer.discard()
+    assert proc.poll() is not None and writer.take() is None
+
+
+def test_errors_come_back_as_raised():
+    from fedbench.core.errors import ConfigError
+    from fedbench.tracking.store import StoreError
+    from fedbench.tracking.writer import _answer, _rebuilt
+
+    for exc in (StoreError("the MLflow store failed: disk full"), ConfigError("bad")):
+        back = _rebuilt(*_answer(exc))
+        assert type(back) is type(exc) and str(back) == str(exc) and back.exit_code == exc.exit_code
+
+    class Unpicklable(Exception):
+        def __reduce__(self):
+            raise pickle.PicklingError("no")
+
+    back = _rebuilt(*_answer(Unpicklable("lost")))
+    assert isinstance(back, StoreError) and "Unpicklable: lost" in str(back)
