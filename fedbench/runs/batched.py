@@ -115,8 +115,7 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
         except BaseException as raised:  # failed() re-raises as the CLI reports it
             results[k] = raised
 
-    def on_round(i: int, state, metrics) -> bool:
-        k = live[i]
+    def on_round(k: int, state, metrics) -> bool:
         try:
             sessions[k].on_round(state, metrics)
         except KeyboardInterrupt:  # this lane is checkpointed; the others take their turn
@@ -127,8 +126,8 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
             return False
         return True
 
-    def on_failure(i: int, state, exc: DivergenceError) -> None:
-        fail(live[i], exc)
+    def on_failure(k: int, state, exc: DivergenceError) -> None:
+        fail(k, exc)
 
     fed0 = built[0][0]
     cap = auto_max_batch(cfgs[0], fed0.flat.dim, fed0.device)  # memory: lanes beyond it train in turns
@@ -142,8 +141,8 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
                     interrupted.update(batch)
                     continue
                 run_lanes([built[k][0] for k in batch], [sessions[k].state for k in batch],
-                          lambda i, st, m: on_round(live.index(batch[i]), st, m),
-                          lambda i, st, exc: on_failure(live.index(batch[i]), st, exc))
+                          lambda i, st, m: on_round(batch[i], st, m),
+                          lambda i, st, exc: on_failure(batch[i], st, exc))
     except BaseException as exc:  # a bug or a second Ctrl-C: every unfinished lane ends with it
         for k in live:
             if results[k] is None:
@@ -172,20 +171,13 @@ def auto_max_batch(cfg: DictConfig, dim: int, device: torch.device, fraction: fl
 
 def describe_groups(jobs: list[GroupJob], groups: Iterable[list[int]]) -> list[str]:
     """One line per group: its jobs and what its lanes differ in."""
+    from fedbench.tracking.recorder import flatten_config
+
     lines = []
     for n, members in enumerate(groups):
-        flat = [_flat(OmegaConf.to_container(jobs[i].cfg, resolve=True)) for i in members]
+        flat = [flatten_config(jobs[i].cfg) for i in members]
         varying = sorted(k for k in set().union(*flat) if len({repr(f.get(k)) for f in flat}) > 1
                          and not k.startswith(("hydra", "tracking")))
         lines.append(f"group {n}: {len(members)} job(s) "
                      f"[{', '.join(str(i) for i in members)}]" + (f", lanes differ in {', '.join(varying)}" if varying else ""))
     return lines
-
-
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(value, dict):
-        return {prefix: value}
-    out: dict[str, Any] = {}
-    for k, v in value.items():
-        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
-    return out
