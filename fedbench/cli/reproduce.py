@@ -8,6 +8,8 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from fedbench.core.errors import ConfigError
+
 
 class _OneCommandGroup(TyperGroup):
     """A sub-app whose callback takes every argument (NAME, --scale, Hydra overrides): no subcommands."""
@@ -39,6 +41,7 @@ Examples:
 
 def list_reproductions() -> None:
     from fedbench.reproduce.catalog import load_catalog
+    from fedbench.reproduce.results import measured_compute
     from fedbench.reproduce.run import missing
 
     for rep in load_catalog().values():
@@ -48,7 +51,8 @@ def list_reproductions() -> None:
             needs = ", ".join(sc.data) if sc.data else "no files (synthetic / bundled data)"
             lacking = missing(rep, name)
             state = f"   [missing here: {', '.join(lacking)}]" if lacking else ""
-            typer.echo(f"{'':<22} {name:<4}: {sc.device.upper()}, {sc.compute}; data: {needs}; "
+            compute = measured_compute(rep.name, name) or f"estimate {sc.compute}"
+            typer.echo(f"{'':<22} {name:<4}: {sc.device.upper()}, {compute}; data: {needs}; "
                        f"{len(sc.arms)} arms x {len(sc.seeds)} seeds{state}")
         typer.echo("")
 
@@ -59,6 +63,8 @@ def reproduce(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="a reproduction (<paper>/<table>), `all`, or `list`")],
     scale: Annotated[str, typer.Option("--scale", help="ci (scaled down, CPU minutes) or full (the paper's settings)")] = "ci",
+    record: Annotated[bool, typer.Option("--record", help="with `all`: record every claim and the compute taken as the "
+                                         "catalog's results and docs/results.md (a source checkout)")] = False,
 ) -> None:
     """Run NAME's grid (seeds included) into the MLflow experiment NAME, print and save the comparison with
     the paper; exit code 1 when a claim does not hold. Extra arguments are Hydra overrides for every job."""
@@ -68,13 +74,15 @@ def reproduce(
     if name == "all":
         from fedbench.reproduce.run import reproduce_all
 
-        results, summary = reproduce_all(scale, tuple(ctx.args), echo=typer.echo)
+        results, summary = reproduce_all(scale, tuple(ctx.args), echo=typer.echo, record=record)
         typer.echo("\n" + summary.read_text())
         typer.echo(f"saved: {summary}")
         if any(not isinstance(r, str) and not r.holds for r in results.values()):
             typer.echo("a claim does not hold", err=True)
             raise typer.Exit(1)
         return
+    if record:
+        raise ConfigError("--record records a whole scale: use it with `fedbench reproduce all --scale <ci|full>`")
     from fedbench.reproduce.catalog import get
     from fedbench.reproduce.run import reproduce as run_reproduction
 

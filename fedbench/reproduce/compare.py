@@ -65,6 +65,12 @@ def parse_paper(value: str) -> float:
         return math.nan
 
 
+def paper_budget(value: str) -> float:
+    """The round budget a published 'not reached' cell states ('100+', '>100' -> 100); NaN when it states none."""
+    digits = "".join(ch for ch in str(value).split("(")[0] if ch.isdigit() or ch == ".")
+    return float(digits) if digits and math.isinf(parse_paper(str(value).split(" (")[0])) else math.nan
+
+
 def format_rounds(mean: float, std: float, reached: int, n: int, budget: int) -> str:
     """'34 ± 2.1', '>R' when no seed reached the target, '>R (2/3)' when only some did."""
     if reached == 0:
@@ -88,7 +94,7 @@ def speedup(reference: float, value: float, budget: float) -> tuple[float, str]:
     if math.isnan(reference) or math.isnan(value) or math.isinf(value) or value <= 0:
         return math.nan, ""
     if math.isinf(reference):
-        return budget / value, f">{budget / value:.2f}×"
+        return (budget / value, f">{budget / value:.2f}×") if math.isfinite(budget) else (math.nan, "")
     return reference / value, f"{reference / value:.2f}×"
 
 
@@ -113,12 +119,19 @@ def aggregate(rep: Reproduction, runs: list[RunResult]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def comparison(rep: Reproduction, measured: pd.DataFrame) -> pd.DataFrame:
-    """Paper and measured side by side, with the speed-up over the paper's reference method."""
+def comparison(rep: Reproduction, measured: pd.DataFrame, paper_groups: dict[str, str] | None = None) -> pd.DataFrame:
+    """Paper and measured side by side, with the speed-up over the paper's reference method. A measured
+    group that stands for a paper column (`paper_groups`, a scaled-down setting) shows that column's cell,
+    named: '3 (FMNIST (1000) IID)'."""
     paper = rep.paper_numbers()
     paper = paper.assign(paper_value=paper["value"].map(parse_paper)).rename(columns={"value": "paper"})
-    table = measured.merge(paper, on=["method", "group", "metric"], how="left")
+    paper_groups = paper_groups or {}
+    measured = measured.assign(paper_group=[paper_groups.get(g, g) for g in measured["group"]])
+    table = measured.merge(paper.rename(columns={"group": "paper_group"}), on=["method", "paper_group", "metric"], how="left")
     table["paper"] = table["paper"].fillna("")
+    stands_for = (table["paper"] != "") & (table["paper_group"] != table["group"])
+    table.loc[stands_for, "paper"] = table["paper"][stands_for] + " (" + table["paper_group"][stands_for] + ")"
+    table = table.drop(columns="paper_group")
     table["paper_value"] = table["paper_value"].astype(float)
     table["measured"] = [
         format_rounds(r.mean, r.std, r.reached, r.n, r.budget) if r.rounds_metric else format_value(r.mean, r.std)
@@ -132,7 +145,7 @@ def comparison(rep: Reproduction, measured: pd.DataFrame) -> pd.DataFrame:
         if not r.rounds_metric or ref is None:
             paper_speed.append(""), speed.append(""), speed_value.append(math.nan)
             continue
-        paper_speed.append(speedup(ref.paper_value, r.paper_value, math.nan)[1] if r.paper else "")
+        paper_speed.append(speedup(ref.paper_value, r.paper_value, paper_budget(ref.paper))[1] if r.paper else "")
         value, text = speedup(ref.mean, r.mean, ref.budget)  # an unreached reference counts as its own budget
         speed.append(text), speed_value.append(value)
     table["paper_speedup"], table["speedup"], table["speedup_value"] = paper_speed, speed, speed_value

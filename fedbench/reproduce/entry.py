@@ -9,7 +9,7 @@ paper (fedbench/reproduce/<paper>.py) and register here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -80,6 +80,9 @@ class Scale:
     data: tuple[str, ...] = ()  # data sets read from disk (synthetic/bundled ones are not listed)
     config: str = ""  # <paper>/<table>/<scale> when the scale has shared settings
     note: str = ""  # how this scale differs from the paper
+    # a scaled-down group -> the paper's column/panel it stands for: its published cell is shown beside the
+    # measured one ("3 (FMNIST (1000) IID)"), so a ci table is never read without the paper's number
+    paper_groups: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

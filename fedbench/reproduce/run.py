@@ -17,7 +17,7 @@ from fedbench.config.compose import compose, conf_dir, group_choices_of
 from fedbench.core.errors import ConfigError, DataUnavailableError, FedbenchError, report_error
 from fedbench.reproduce.entry import Arm, Claim, Reproduction, Scale
 from fedbench.reproduce.compare import RunResult, aggregate, comparison, to_csv_frame, to_markdown
-from fedbench.reproduce.plots import plot_figure
+from fedbench.reproduce.plots import Marks, plot_figure
 
 OUTPUTS = Path("outputs") / "reproduce"
 
@@ -218,7 +218,7 @@ def tracking_uri(extra: tuple[str, ...]) -> str:
 
 
 def evaluate(rep: Reproduction, scale_name: str, runs: list[RunResult]) -> tuple[pd.DataFrame, list[Claim]]:
-    table = comparison(rep, aggregate(rep, runs))
+    table = comparison(rep, aggregate(rep, runs), rep.scales[scale_name].paper_groups)
     try:
         claims = rep.check(table, scale_name)
     except KeyError as exc:  # a cell the check needs was not measured (a failed arm)
@@ -246,18 +246,41 @@ def report(rep: Reproduction, scale_name: str, table: pd.DataFrame, claims: list
     if seconds is not None:  # the catalog's figure is an estimate; this is what the grid took here
         lines += [f"Compute: measured {seconds:.0f} s on {machine()} (catalog estimate: {scale.compute})", ""]
     lines += [to_markdown(table), "", "Claims:"]
-    lines += [f"- [{'x' if c.holds else ' '}] {c.text}" + (f" ({c.detail})" if c.detail else "") for c in claims]
+    lines += [claim_line(c, scale_name) for c in claims]
     return "\n".join(lines)
 
 
+def claim_line(claim: Claim, scale_name: str) -> str:
+    """'- [x] text (numbers)'; a claim that fails below the paper's scale says so: the scaled-down setting
+    measured it and it did not hold, which is a result, not an error."""
+    verdict = "" if claim.holds or scale_name == "full" else "does not hold at this scale: "
+    detail = f" ({verdict}{claim.detail})" if claim.detail else (f" ({verdict.rstrip(': ')})" if verdict else "")
+    return f"- [{'x' if claim.holds else ' '}] {claim.text}{detail}"
+
+
+def figure_marks(rep: Reproduction, jobs: list[Job]) -> Marks:
+    """The figure's x axis, its metrics' targets and each arm's schedule switches (an algorithm key
+    `<name>_schedule: [R, value]`: `value` from round R on, drawn at R)."""
+    targets = tuple((m.source, float(m.target), m.only) for m in rep.metrics if m.is_rounds and m.target is not None)
+    switches: dict[tuple[str, str], tuple[tuple[int, str], ...]] = {}
+    for job in jobs:
+        found = []
+        for key, val in (job.cfg.get("algorithm") or {}).items():
+            if str(key).endswith("_schedule") and not isinstance(val, str) and val is not None and len(val) == 2:
+                found.append((int(val[0]), f"{str(key).removesuffix('_schedule')} {float(val[1]):g}"))
+        switches[(job.arm.method, job.arm.group)] = tuple(found)
+    return Marks("attack iteration" if rep.runner == "dlg" else "round", tuple(dict.fromkeys(targets)), switches)
+
+
 def save(rep: Reproduction, scale_name: str, runs, table, claims, out: Path, stamp: str, uri: str,
-         seconds: float | None = None) -> tuple[str, list[Path]]:
+         seconds: float | None = None, marks: Marks = Marks()) -> tuple[str, list[Path]]:
     out.mkdir(parents=True, exist_ok=True)
     markdown = report(rep, scale_name, table, claims, seconds)
     files = [out / "comparison.md", out / "comparison.csv"]
     files[0].write_text(markdown + "\n")
     to_csv_frame(table).to_csv(files[1], index=False)
-    figure = plot_figure(runs, rep.plot, out / "figure.png", f"{rep.name} (scale {scale_name})", rep.plot_log)
+    figure = plot_figure(runs, rep.plot, out / "figure.png", f"{rep.name} (scale {scale_name})", rep.plot_log,
+                         marks)
     if figure is not None:
         files.append(figure)
     log_comparison(rep, scale_name, files, claims, stamp, uri)
@@ -298,17 +321,22 @@ def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] 
     if failures:
         claims.append(Claim("every job of the grid ran to the end", False, "failed: " + "; ".join(failures)))
     markdown, files = save(rep, scale_name, runs, table, claims, out / scale_name, stamp, uri,
-                           time.perf_counter() - started)
+                           time.perf_counter() - started, figure_marks(rep, jobs))
     return Outcome(table, claims, markdown, files)
 
 
 def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: Path = OUTPUTS,
-                  echo=print) -> tuple[dict[str, Outcome | str], Path]:
+                  echo=print, record: bool = False) -> tuple[dict[str, Outcome | str], Path]:
     """Every reproduction with this scale that can run here, one after the other; the others are listed
-    with the reason. Returns {name: outcome or why it did not run} and the summary file (Markdown)."""
+    with the reason. Returns {name: outcome or why it did not run} and the summary file (Markdown).
+    record: also write the outcome as the catalog's record and docs/results.md (reproduce.results)."""
     from fedbench.reproduce.catalog import load_catalog
+    from fedbench.reproduce import results as recorded
 
+    if record:
+        recorded.docs_path()  # a checkout to record into, checked before hours of training
     results: dict[str, Outcome | str] = {}
+    seconds: dict[str, float] = {}
     for rep in load_catalog().values():
         if scale_name not in rep.scales:
             continue
@@ -318,7 +346,9 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
             continue
         try:
             echo(f"[reproduce all] {rep.name} --scale {scale_name}")
+            started = time.perf_counter()
             results[rep.name] = reproduce(rep, scale_name, extra, outputs)
+            seconds[rep.name] = time.perf_counter() - started
             echo("\n".join(line for line in results[rep.name].markdown.splitlines() if line.startswith("- [")))
         except (ConfigError, DataUnavailableError) as err:
             results[rep.name] = f"not run: {err}"
@@ -330,4 +360,8 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
     outputs.mkdir(parents=True, exist_ok=True)
     summary = outputs / f"all-{scale_name}.md"
     summary.write_text("\n".join(lines))
+    if record:
+        command = " ".join(["fedbench reproduce all --scale", scale_name, "--record", *extra])
+        for path in recorded.record(scale_name, results, seconds, machine(), command):
+            echo(f"recorded: {path}")
     return results, summary
