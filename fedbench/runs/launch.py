@@ -14,6 +14,27 @@ from fedbench.runs.hydra_app import HydraJob, current_job, interrupted, job_fail
 log = logging.getLogger("fedbench.batched")
 
 
+def compose_once(loader) -> None:
+    """Hydra's sweeper composes every job of a batch to check it (validate_batch_is_legal), then the
+    launcher composes it again to run it; in one process the second is the first's result. The
+    loader keeps each job's config until the launcher takes it (a third request composes afresh)."""
+    if getattr(loader, "_fedbench_compose_once", False):
+        return
+    compose = loader.load_sweep_config
+    kept: dict[tuple[int, tuple[str, ...]], object] = {}
+
+    def load_sweep_config(master_config, sweep_overrides):
+        key = (id(master_config), tuple(sweep_overrides))
+        if key in kept:
+            return kept.pop(key)
+        cfg = compose(master_config, list(sweep_overrides))
+        kept[key] = cfg
+        return cfg
+
+    loader.load_sweep_config = load_sweep_config
+    loader._fedbench_compose_once = True
+
+
 def launch_batched(hydra_context, config, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
                    max_batch: int = 0):
     from hydra.core.utils import JobStatus, configure_log, filter_overrides, run_job, setup_globals

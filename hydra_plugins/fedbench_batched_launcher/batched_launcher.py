@@ -17,7 +17,10 @@ class BatchedLauncher(Launcher):
         self.config = self.hydra_context = self.task_function = None
 
     def setup(self, *, hydra_context, task_function, config) -> None:
+        from fedbench.runs.launch import compose_once
+
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+        compose_once(hydra_context.config_loader)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from fedbench.runs.launch import launch_batched

@@ -155,3 +155,24 @@ def test_optuna_trials_are_asked_n_jobs_at_a_time_and_each_batch_is_one_group(tm
     assert len(finished) == 4 and {r.info.status for r in finished} == {"FINISHED"}
     best = max(r.data.metrics["test_accuracy"] for r in finished)
     assert f"Best value: {best}" in res.stdout + res.stderr
+
+
+def test_the_launcher_takes_the_config_the_sweeper_composed_to_check_it():
+    from fedbench.runs.launch import compose_once
+
+    class Loader:
+        calls = 0
+
+        def load_sweep_config(self, master_config, sweep_overrides):
+            Loader.calls += 1
+            return {"job": list(sweep_overrides), "n": Loader.calls}
+
+    loader, master = Loader(), object()
+    compose_once(loader)
+    compose_once(loader)  # a second setup does not wrap twice
+    batch = [["seed=0"], ["seed=1"]]
+    checked = [loader.load_sweep_config(master, job) for job in batch]  # the sweeper's validate_batch_is_legal
+    launched = [loader.load_sweep_config(master, job) for job in batch]  # the launcher
+    assert Loader.calls == 2 and [c is l for c, l in zip(checked, launched)] == [True, True]
+    again = loader.load_sweep_config(master, ["seed=0"])  # nothing kept any more: composed afresh
+    assert Loader.calls == 3 and again["n"] == 3
