@@ -75,8 +75,11 @@ def make_grad_fn(flat: FlatModel, task: str, executor: str, loop_below: int = 0)
         # client's row in turn: the per-client loop of research code, without its state_dict copies.
         module = copy.deepcopy(flat.module)
         params = list(module.parameters())
+        batched = make_grad_fn(flat, task, "vmap")
 
         def grad_loop(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor | None) -> tuple[Tensor, Tensor]:
+            if torch._C._functorch.is_functorch_wrapped_tensor(X):  # under a torch.func transform (FedNL's
+                return batched(X, xb, yb, wb)  # Hessians: jvp of the gradient) only vmap composes
             G = torch.empty_like(X)
             losses = X.new_empty(X.shape[0])
             for i in range(X.shape[0]):

@@ -47,10 +47,6 @@ BRANCHES = {
     "fedadmm_lowrank_l1": ["algorithm=fedadmm_lowrank", "algorithm.regularizer=l1", "algorithm.grad_scale=one"],
     "losac_paper_l1": ["algorithm=losac/paper", "algorithm.regularizer=l1", "algorithm.lam=0.01"],
 }
-# known bugs, to be fixed in the engine (each entry skips the vmap = loop check of one algorithm)
-LOOP_EXECUTOR_BUGS = {
-    "fednl": "engine.executor=loop cannot run FedNL's torch.func Hessians (torch internal assert or a segfault)",
-}
 CASES = {**{name: [f"algorithm={name}"] for name in [*REGISTERED, *VARIANT_FILES]}, **BRANCHES}
 
 K = 2  # rounds before the checkpoint; the straight run has 2K
@@ -173,9 +169,6 @@ def test_state_keeps_its_shapes_and_the_model_moves(case):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_vmap_and_loop_executors_agree(case):
-    name = _federation(case).algorithm.name
-    if name in LOOP_EXECUTOR_BUGS:
-        pytest.skip(LOOP_EXECUTOR_BUGS[name])
     _assert_same(_run(_federation(case, "loop")), _reference(case), tol=1e-10)
 
 
