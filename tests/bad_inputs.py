@@ -28,6 +28,7 @@ CASES: list[tuple[str, str]] = [
     ("loss_scale=avg", "Unknown loss_scale 'avg'"),
     ("tracking.objective=accuracy", "Unknown tracking.objective 'accuracy'"),
     ("+algorithm.mu=0.1", "Unknown parameter algorithm.mu for algorithm 'fedavg'"),
+    ("algorithm.server_opt=adam algorithm.server_opt.tau=3", "algorithm=fedavg/adam algorithm.server_opt.tau=3"),
     ("+model.width=3", "Unknown parameter model.width for model 'mclr'"),
     ("+dataset.scale=2", "Unknown parameter dataset.scale for dataset 'digits'"),
     ("learning_rate=0.1", "Unknown top-level key 'learning_rate'"),

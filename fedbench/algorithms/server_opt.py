@@ -177,6 +177,11 @@ def parse(value: str | Mapping[str, Any]):
     a ConfigError names a bad name, an unknown hyperparameter or a bad value."""
     params = {"name": value} if isinstance(value, str) else dict(value)
     name = params.pop("name", None)
+    if name is None and params:  # `server_opt=adam server_opt.tau=3`: Hydra's second override replaced the name
+        keys = " ".join(f"algorithm.server_opt.{k}={v}" for k, v in params.items())
+        raise ConfigError(f"algorithm.server_opt has settings ({keys}) but no name: a bare algorithm.server_opt=<name> "
+                          f"cannot take settings on the same command line. Name the variant instead, e.g. "
+                          f"algorithm=fedavg/adam {keys} (variants: fedavg/{{avgm,adagrad,adam,yogi}})")
     if name not in SERVER_OPTIMIZERS:
         raise unknown_choice("algorithm.server_opt", name, SERVER_OPTIMIZERS)
     cls = SERVER_OPTIMIZERS[name]
