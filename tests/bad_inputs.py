@@ -70,6 +70,12 @@ CASES: list[tuple[str, str]] = [
      "algorithm.hetero_epochs=true draws E_i from {1..local_epochs}, but local_epochs=null"),
     ("algorithm=fedadmm algorithm.rho_schedule=[0.1,60]",
      "algorithm.rho_schedule must be null or [round, value] with an integer round >= 0"),
+    # the shared local-step extras (core.types.LocalExtras)
+    ("local_momentum=1", "local_momentum must be a finite number in [0, 1), got 1"),
+    ("grad_clip=-1", "grad_clip must be a finite number >= 0, got -1"),
+    ("algorithm=losac weight_decay=0.001", "weight_decay=0.001: algorithm losac has no local SGD step that takes it"),
+    ("algorithm=fedspeed algorithm.weight_decay=0", "algorithm.weight_decay moved to the top level: use weight_decay=0"),
+    ("algorithm=fedadmm algorithm.momentum=0.9", "algorithm.momentum moved to the top level: use local_momentum=0.9"),
     # targets and objectives
     ("targets=[1.5]", "targets[0] must be a finite number in (0, 1], got 1.5"),
     ("targets=[0]", "targets[0] must be a finite number in (0, 1], got 0"),

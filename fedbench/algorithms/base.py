@@ -33,7 +33,9 @@ from typing import ClassVar
 
 from torch import Tensor
 
-from fedbench.core.types import Cohort, ClientStateSpec, ClientWork, Setting, State
+from fedbench.core.types import Cohort, ClientStateSpec, ClientWork, LocalExtras, Setting, State
+
+EXTRAS = tuple(LocalExtras.NAMES)  # the config keys of the shared local-step extras
 
 
 @dataclass
@@ -46,6 +48,9 @@ class Algorithm:
     # the client update takes `work.lr` per client ([s, 1] tensor), so lanes of a batched grid that
     # differ in eta_l (or its decay) share chunks; checked by the contract test for each algorithm
     lr_rows: ClassVar[bool] = False
+    # the shared extras (top-level weight_decay, grad_clip, local_momentum; core.types.LocalExtras)
+    # its local step takes; config validation refuses a non-zero one that is not listed
+    local_extras: ClassVar[tuple[str, ...]] = ()
     setting: Setting = field(init=False, repr=False)
 
     def setup(self, setting: Setting) -> None:

@@ -2,8 +2,8 @@
 
 `fedadmm`: Gong, Li, Freris, "FedADMM: A Robust Federated Deep Learning Framework with
 Adaptivity to System Heterogeneity", ICDE 2022 (arXiv:2204.03529), Alg. 1 and the official code.
-Each client keeps a dual y_i (and, with local_init=local, its model w_i); local SGD (with
-momentum) on the augmented Lagrangian L_i(w) = f_i(w) + <y_i, w - theta> + rho/2 ||w - theta||^2
+Each client keeps a dual y_i (and, with local_init=local, its model w_i); local SGD (with the
+run's shared local_momentum, 0.5 in the official code) on the augmented Lagrangian L_i(w) = f_i(w) + <y_i, w - theta> + rho/2 ||w - theta||^2
 for E_i ~ U{1..E} epochs (system heterogeneity); dual ascent; one d-vector up (eq. 4); server
 theta += eta * mean of the messages (eq. 5).
 
@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from fedbench.core.types import ClientStateSpec, Cohort, Setting, State
-from fedbench.algorithms.base import Algorithm
+from fedbench.algorithms.base import EXTRAS, Algorithm
 from fedbench.algorithms.common import local_sgd, weighted_mean
 from fedbench.algorithms.losac import draw_blocks, make_regularizer
 from fedbench.algorithms.prox import REGULARIZERS
@@ -62,8 +62,8 @@ def heterogeneous_epochs(work) -> Tensor:
 @dataclass
 class FedADMM(Algorithm):
     lr_rows = True
+    local_extras = EXTRAS  # local_momentum 0.5 is the official code's (conf/algorithm/fedadmm.yaml sets it)
     rho: float = 0.01  # augmented-Lagrangian coefficient
-    momentum: float = 0.5  # local SGD momentum (torch.optim.SGD semantics, fresh every round)
     local_init: str = "global"  # global: start from theta (official code) | local: from the stored w_i (Alg. 1)
     dual_update: bool = True  # false: y_i = 0 (FedProx's local problem)
     hetero_epochs: bool = True  # E_i ~ U{1..local_epochs} per client and round
@@ -78,7 +78,6 @@ class FedADMM(Algorithm):
         if self._eta_switch is not None and self.server_step != "eta":
             raise ConfigError(f"algorithm.eta_schedule={self.eta_schedule!r} sets eta, but algorithm.server_step="
                               f"{self.server_step!r} takes eta = S/N: use server_step=eta or eta_schedule=null")
-        check(0 <= self.momentum < 1, f"algorithm.momentum must lie in [0, 1), got {self.momentum}")
         if self.local_init not in LOCAL_INITS:
             raise unknown_choice("algorithm.local_init", self.local_init, LOCAL_INITS)
         if self.server_step not in SERVER_STEPS:
@@ -116,7 +115,7 @@ class FedADMM(Algorithm):
         def direction(t, W, G, batch):
             return G + y + rho * (W - theta)  # grad_w L_i (Alg. 1 line 17)
 
-        W = local_sgd(work, w_start, direction, self.momentum)
+        W = local_sgd(work, w_start, direction)
         new = dict(client)
         if self.local_init == "local":
             new["w"] = W

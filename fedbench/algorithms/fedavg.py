@@ -16,8 +16,8 @@ from typing import Any
 
 from fedbench.core.types import Cohort, State
 from fedbench.algorithms import server_opt
-from fedbench.algorithms.base import Algorithm
-from fedbench.algorithms.common import local_sgd, weighted_mean
+from fedbench.algorithms.base import EXTRAS, Algorithm
+from fedbench.algorithms.common import local_sgd, weighted_mean, with_extras
 from fedbench.algorithms.registry import register
 from fedbench.algorithms.server_opt import ServerOptimizer
 
@@ -26,6 +26,7 @@ from fedbench.algorithms.server_opt import ServerOptimizer
 @dataclass
 class FedAvg(Algorithm):
     lr_rows = True
+    local_extras = EXTRAS
     server_opt: str | dict[str, Any] = field(default_factory=lambda: {"name": "sgd"})
 
     def __post_init__(self):
@@ -49,10 +50,12 @@ class FedAvg(Algorithm):
 @dataclass
 class FedSGD(Algorithm):
     lr_rows = True
+    local_extras = EXTRAS  # one full-batch step: clip(g) + wd x; momentum's first step is a plain step
+
     def client_update(self, down: State, client: State, work) -> tuple[State, State]:
         x = down["x"].expand(work.num_clients, -1)
         G, _ = work.full_grad(x)
-        return {"grad": G}, client
+        return {"grad": with_extras(work.extras, G, x)}, client
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:
         step = self.setting.local_lr(cohort.round) * self.setting.eta_g  # the round's eta_l, decay included

@@ -16,8 +16,8 @@ import torch
 
 from fedbench.core.types import Cohort, State
 from fedbench.algorithms import server_opt
-from fedbench.algorithms.base import Algorithm
-from fedbench.algorithms.common import lr_per_client, local_sgd, weighted_mean
+from fedbench.algorithms.base import EXTRAS, Algorithm
+from fedbench.algorithms.common import lr_per_client, local_sgd, momentum_steps, weighted_mean
 from fedbench.algorithms.registry import register
 from fedbench.core.errors import check
 
@@ -26,6 +26,7 @@ from fedbench.core.errors import check
 @dataclass
 class FedCM(Algorithm):
     lr_rows = True
+    local_extras = EXTRAS
     metadata_keys = ("step_length",)
     alpha: float = 0.1  # weight of the fresh local gradient; 1 is FedAvg
 
@@ -41,7 +42,8 @@ class FedCM(Algorithm):
     def client_update(self, down: State, client: State, work) -> tuple[State, State]:
         x, m = down["x"], down["momentum"]
         y = local_sgd(work, x, lambda t, Y, G, batch: self.alpha * G + (1 - self.alpha) * m)
-        step_length = work.steps.to(x.dtype) * lr_per_client(work.lr)  # K_i eta_l
+        # K_i eta_l (K_i: the steps' displacement under a shared local momentum, common.momentum_steps)
+        step_length = momentum_steps(work.steps.to(x.dtype), work.extras.momentum) * lr_per_client(work.lr)
         return {"delta": y - x, "step_length": step_length}, client
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:

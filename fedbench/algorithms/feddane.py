@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from fedbench.core.types import Cohort, State
 from fedbench.algorithms import server_opt
-from fedbench.algorithms.base import Algorithm
+from fedbench.algorithms.base import EXTRAS, Algorithm
 from fedbench.algorithms.common import local_sgd, weighted_mean
 from fedbench.algorithms.registry import register
 from fedbench.core.errors import check
@@ -25,6 +25,7 @@ from fedbench.core.errors import check
 @register("feddane", "FedDANE: gradient exchange, then local DANE subproblems (two-phase rounds)")
 @dataclass
 class FedDANE(Algorithm):
+    local_extras = EXTRAS
     mu: float = 0.001
 
     two_phase = True

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from fedbench.core.types import ClientStateSpec, Cohort, cohort_sum, Setting, State
-from fedbench.algorithms.base import Algorithm
+from fedbench.algorithms.base import EXTRAS, Algorithm
 from fedbench.algorithms.common import local_sgd, weighted_mean
 from fedbench.algorithms.registry import register
 from fedbench.core.errors import check
@@ -26,6 +26,7 @@ from fedbench.core.errors import check
 @dataclass
 class FedDyn(Algorithm):
     lr_rows = True
+    local_extras = EXTRAS
     alpha: float = 0.01
 
     def validate(self) -> None:

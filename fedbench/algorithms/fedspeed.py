@@ -9,6 +9,8 @@ Each client keeps a prox-correction term. We store it in the official code's h-f
 h_i = -lambda * g_hat_i (the sum of the client's past local offsets), with mu = 1/lambda (A1):
 
   local step (Alg. 2 l. 11)   x <- x - lr * (clip(g~) + wd x + mu h_i + mu (x - x^t))
+                               (wd and clip: the run's shared extras, top-level weight_decay and
+                               grad_clip, which every method's local step takes: spec §3.0)
   perturbation (eqs. 3.8-3.12) g1 = grad(x; xi), x' = x + r g1, g2 = grad(x'; xi) on the SAME
                                batch, g~ = (1 - alpha) g1 + alpha g2, r = rho0 / ||g1|| (normalized)
   correction (Alg. 2 l. 13)    h_i <- h_i + (x_K - x^t)             (= -lambda g_hat_i^t)
@@ -27,7 +29,7 @@ import torch
 from torch import Tensor
 
 from fedbench.core.types import ClientStateSpec, Cohort, State
-from fedbench.algorithms.base import Algorithm
+from fedbench.algorithms.base import EXTRAS, Algorithm
 from fedbench.algorithms.common import local_sgd, weighted_mean
 from fedbench.algorithms.registry import register
 from fedbench.core.errors import check, unknown_choice
@@ -38,25 +40,16 @@ SERVER_MODES = ("all", "participating")
 ING_ANCHORS = ("x", "x_tilde")
 
 
-def clip_rows(G: Tensor, max_norm: float) -> Tensor:
-    """Per-client global-norm clipping (torch.nn.utils.clip_grad_norm_ semantics); 0 = off."""
-    if not max_norm:
-        return G
-    norm = G.norm(dim=1, keepdim=True)
-    return G * (max_norm / (norm + 1e-6)).clamp(max=1.0)
-
-
 @register("fedspeed", "FedSpeed: prox + prox-correction (FedDyn-like) + SAM-style gradient perturbation")
 @dataclass
 class FedSpeed(Algorithm):
     lr_rows = True
+    local_extras = EXTRAS  # conf/algorithm/fedspeed.yaml sets the spec's weight_decay 1e-3 and grad_clip 10
     mu: float = 0.1
     rho0: float = 0.1
     rho_mode: str = "normalized"
     alpha: float = 1.0
-    weight_decay: float = 1e-3
-    grad_clip: float = 10.0
-    clip_mode: str = "data_grad"
+    clip_mode: str = "data_grad"  # what the shared grad_clip clips: g~ | g~ + mu (h_i - x^t) (official code, A6)
     server_correction_avg: str = "all"
     use_correction: bool = True
     use_perturbation: bool = True
@@ -65,8 +58,6 @@ class FedSpeed(Algorithm):
         check(self.mu > 0, f"algorithm.mu (= 1/lambda) must be > 0, got {self.mu}")
         check(self.rho0 >= 0, f"algorithm.rho0 must be >= 0, got {self.rho0}")
         check(0 <= self.alpha <= 1, f"algorithm.alpha must lie in [0, 1], got {self.alpha}")
-        check(self.weight_decay >= 0, f"algorithm.weight_decay must be >= 0, got {self.weight_decay}")
-        check(self.grad_clip >= 0, f"algorithm.grad_clip must be >= 0 (0 = off), got {self.grad_clip}")
         for key, value, choices in (
             ("rho_mode", self.rho_mode, RHO_MODES),
             ("clip_mode", self.clip_mode, CLIP_MODES),
@@ -99,17 +90,18 @@ class FedSpeed(Algorithm):
         return G2 if self.alpha == 1 else (1 - self.alpha) * G + self.alpha * G2
 
     def local_train(self, work, x: Tensor, anchor: Tensor, h: Tensor | None) -> Tensor:
-        """K local steps of Alg. 2 l. 5-11 from x with prox anchor `anchor` and correction h."""
-        mu, wd = self.mu, self.weight_decay
+        """K local steps of Alg. 2 l. 5-11 from x with prox anchor `anchor` and correction h; the
+        shared extras (common.local_sgd) clip the data direction and add wd x."""
+        mu = self.mu
         linear = 0.0 if h is None else mu * h  # mu h_i = -g_hat_i
 
-        def direction(t, X, G, batch):
-            g = self.perturbed_grad(work, X, G, batch)
-            if self.clip_mode == "official":  # A6: the code clips g~ + mu (h_i - x^t); (wd + mu) x unclipped
-                return clip_rows(g + linear - mu * anchor, self.grad_clip) + (wd + mu) * X
-            return clip_rows(g, self.grad_clip) + wd * X + linear + mu * (X - anchor)
+        def perturbed(X, G, batch):
+            return self.perturbed_grad(work, X, G, batch)
 
-        return local_sgd(work, x, direction)
+        if self.clip_mode == "official":  # A6: the code clips g~ + mu (h_i - x^t); (wd + mu) x unclipped
+            return local_sgd(work, x, lambda t, X, G, batch: G + mu * X,
+                             data_direction=lambda X, G, batch: perturbed(X, G, batch) + linear - mu * anchor)
+        return local_sgd(work, x, lambda t, X, G, batch: G + linear + mu * (X - anchor), data_direction=perturbed)
 
     def client_update(self, down: State, client: State, work) -> tuple[State, State]:
         x = down["x"]

@@ -19,8 +19,8 @@ import torch
 
 from fedbench.core.types import Cohort, State
 from fedbench.algorithms import server_opt
-from fedbench.algorithms.base import Algorithm
-from fedbench.algorithms.common import local_sgd, weighted_mean
+from fedbench.algorithms.base import EXTRAS, Algorithm
+from fedbench.algorithms.common import local_sgd, momentum_steps, weighted_mean
 from fedbench.algorithms.quasi_newton import BACKENDS, FIRST_ROUND, LIMITED_MEMORY, QN, QuasiNewton
 from fedbench.algorithms.registry import register
 from fedbench.algorithms.server_opt import ServerOptimizer
@@ -32,6 +32,7 @@ GRADIENT_SCALES = ("alpha_tau", "alpha")
 @register("fedsso", "FedSSO: FedAvg clients, server quasi-Newton (safeguarded BFGS) step on the average gradient")
 @dataclass
 class FedSSO(Algorithm):
+    local_extras = EXTRAS
     curvature_lower: float = 1e-4
     curvature_upper: float = 9999.0
     reset_period: int = 200
@@ -77,7 +78,8 @@ class FedSSO(Algorithm):
 
     def client_update(self, down: State, client: State, work) -> tuple[State, State]:
         x = down["x"]
-        steps = work.steps.to(x.dtype) if self.gradient_scale == "alpha_tau" else torch.ones_like(work.sizes, dtype=x.dtype)
+        steps = momentum_steps(work.steps.to(x.dtype), work.extras.momentum) if self.gradient_scale == "alpha_tau" \
+            else torch.ones_like(work.sizes, dtype=x.dtype)
         return {"delta": local_sgd(work, x) - x, "scale": work.lr * steps}, client
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:

@@ -16,8 +16,8 @@ import torch
 
 from fedbench.core.types import ClientStateSpec, Cohort, cohort_sum, Setting, State
 from fedbench.algorithms import server_opt
-from fedbench.algorithms.base import Algorithm
-from fedbench.algorithms.common import local_sgd, weighted_mean
+from fedbench.algorithms.base import EXTRAS, Algorithm
+from fedbench.algorithms.common import local_sgd, momentum_steps, weighted_mean
 from fedbench.algorithms.prox import Regularizer
 from fedbench.algorithms.registry import register
 from fedbench.core.errors import check, unknown_choice
@@ -29,6 +29,7 @@ OPTIONS = ("I", "II")
 @dataclass
 class Scaffold(Algorithm):
     lr_rows = True
+    local_extras = EXTRAS
     option: str = "II"  # I: c_i+ = grad f_i(x) (an extra full pass); II: from the local displacement
     regularizer: str = "none"  # none | l1 | nuclear: SCAFFOLD-Prox's Psi
     lam: float = 0.0  # Psi's weight lambda
@@ -68,7 +69,8 @@ class Scaffold(Algorithm):
         if self.option == "I":  # line 12 (i): c_i+ = g_i(x), here the full local gradient
             c_new, _ = work.full_grad(x.expand(work.num_clients, -1))
         else:  # line 12 (ii): c_i+ = c_i - c + (x - y_i) / (K_i eta_l), each client's own K_i
-            K = work.steps.to(x.dtype)[:, None]
+            # (with a shared local momentum m, K_i counts the steps' displacement: fedadmm.md §3.4)
+            K = momentum_steps(work.steps.to(x.dtype), work.extras.momentum)[:, None]
             c_new = c_i - c + (x - y) / (K * work.lr)
         return {"dy": y - x, "dc": c_new - c_i}, {"c": c_new}  # lines 13-14
 

@@ -37,6 +37,8 @@ def _bounds(s: Spec) -> str:
     low = f"{'(' if s.gt is not None else '['}{s.gt if s.gt is not None else s.ge:g}" if (s.gt, s.ge) != (None, None) else ""
     if s.le is not None:
         return f"in {low or '(-inf'}, {s.le:g}]"
+    if s.lt is not None:
+        return f"in {low or '(-inf'}, {s.lt:g})"
     return f"> {s.gt:g}" if s.gt is not None else f">= {s.ge:g}" if s.ge is not None else ""
 
 
@@ -93,12 +95,12 @@ def _fits(value: Any, tp, s: Spec) -> bool:
 
 
 def _ranged(s: Spec) -> bool:
-    return (s.ge, s.gt, s.le) != (None, None, None)
+    return (s.ge, s.gt, s.le, s.lt) != (None, None, None, None)
 
 
 def _in_range(value: float, s: Spec) -> bool:
     return ((s.ge is None or value >= s.ge) and (s.gt is None or value > s.gt)
-            and (s.le is None or value <= s.le))
+            and (s.le is None or value <= s.le) and (s.lt is None or value < s.lt))
 
 
 def check_value(key: str, value: Any, tp, s: Spec) -> None:

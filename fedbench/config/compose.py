@@ -73,9 +73,13 @@ def _not_in_config(directory: Path, overrides: list[str], key: str) -> None:
     from fedbench.config.validate import validate
     from fedbench.core.errors import ConfigError
 
+    from fedbench.config.renames import moved_message
+
     item = next((o for o in overrides if o.split("=", 1)[0] == key), None)
     if item is None:
         return
+    if message := moved_message(key, item.split("=", 1)[1]):
+        raise ConfigError(message)  # a key that moved (config.renames), e.g. algorithm.weight_decay
     try:
         cfg = _composed(directory, [f"+{o}" if o is item else o for o in overrides], False)
     except ConfigError:

@@ -18,7 +18,7 @@ DEVICE = r"auto|cpu|mps|cuda(:\d+)?"
 
 @dataclass(frozen=True)
 class Spec:
-    """What is valid beyond the type: bounds (ge/gt/le), a regular expression the value must match
+    """What is valid beyond the type: bounds (ge/gt/le/lt), a regular expression the value must match
     in full (`pattern`, described in words by `valid`, or listed by `choices` for a did-you-mean),
     a non-empty string, and a hint appended to the message."""
 
@@ -26,6 +26,7 @@ class Spec:
     ge: float | None = None
     gt: float | None = None
     le: float | None = None
+    lt: float | None = None
     bounds: str = ""  # the range in words where the numbers would not read well (2**63 - 1)
     pattern: str | None = None
     valid: str = ""
@@ -91,6 +92,9 @@ class RunConfig:
     eta_l: float = spec("local learning rate", gt=0)
     eta_l_decay: float = spec("eta_l at round r = eta_l * eta_l_decay**r", gt=0)
     eta_g: float = spec("server learning rate", gt=0)
+    weight_decay: float = spec("L2 weight decay of every method's local step (0 = off)", ge=0)
+    grad_clip: float = spec("global-norm clip of each local step's data gradient (0 = off)", ge=0)
+    local_momentum: float = spec("heavy-ball momentum of every method's local SGD (0 = off)", ge=0, lt=1)
     aggregation: Literal["uniform", "num_samples"] = spec("client weights: 1/S or n_i / sum n")
     loss_scale: Literal["mean", "sum"] = spec("f_i is the mean or the sum of the client's losses")
     eval_every: int = spec("rounds between test evaluations (0 = never)", ge=0)

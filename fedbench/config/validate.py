@@ -83,8 +83,22 @@ def _checked(cfg: DictConfig) -> Algorithm:
     algorithm = load_all().get(values["algorithm"]["name"])(
         **{k: v for k, v in values["algorithm"].items() if k not in extra})
     algorithm.validate()  # the algorithm's own ranges and choices
+    check_extras(values, type(algorithm))
     algorithm.validate_schedule(values["local_steps"], values["local_epochs"])
     return algorithm
+
+
+def check_extras(values: dict[str, Any], algorithm_class) -> None:
+    """A non-zero shared local-step extra (weight_decay, grad_clip, local_momentum) needs an
+    algorithm whose local step takes it (Algorithm.local_extras)."""
+    from fedbench.algorithms.base import EXTRAS
+
+    name = values["algorithm"]["name"]
+    for key in EXTRAS:
+        if values[key] and key not in algorithm_class.local_extras:
+            takers = sorted(n for n in load_all().names() if key in load_all().get(n).local_extras)
+            raise ConfigError(f"{key}={values[key]}: algorithm {name} has no local SGD step that takes it; set "
+                              f"{key}=0, or use an algorithm that does: {', '.join(takers)}")
 
 
 def check_across(values: dict[str, Any]) -> None:

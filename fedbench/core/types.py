@@ -23,6 +23,25 @@ class ClientStateSpec:
 
 
 @dataclass(frozen=True)
+class LocalExtras:
+    """What every method's local SGD step may add, set once for the whole comparison (top-level
+    `weight_decay`, `grad_clip`, `local_momentum`): a method's stochastic data direction g (the
+    minibatch gradient; FedSpeed's perturbed g~) becomes clip(g) + weight_decay * x before the
+    method's own terms, and the whole step direction goes through heavy-ball momentum
+    (torch.optim.SGD semantics, fresh each round). All 0 (off) leaves a run bit for bit as it was."""
+
+    weight_decay: float = 0.0  # the gradient of f_i + (weight_decay/2) ||x||^2
+    grad_clip: float = 0.0  # per-client global-norm clip of g (torch.nn.utils.clip_grad_norm_); 0 = off
+    momentum: float = 0.0  # heavy-ball momentum of the local steps; 0 = plain SGD
+
+    NAMES = {"weight_decay": "weight_decay", "grad_clip": "grad_clip", "local_momentum": "momentum"}  # config key -> field
+
+    def active(self) -> dict[str, float]:
+        """The config keys of the extras that are on, with their values."""
+        return {key: getattr(self, name) for key, name in self.NAMES.items() if getattr(self, name)}
+
+
+@dataclass(frozen=True)
 class Setting:
     """The federation an algorithm runs in, fixed for the run."""
 
@@ -40,6 +59,7 @@ class Setting:
     # (p_i from `aggregation`): exact, costs one pass over all training data; for diagnostics only.
     objective_grad: Callable[[Tensor], tuple[Tensor, Tensor]] | None = None
     eta_l_decay: float = 1.0  # eta_l at round r is eta_l * eta_l_decay**r
+    extras: LocalExtras = LocalExtras()  # weight decay, clipping, momentum of every local step
 
     def local_lr(self, round_: int) -> float:
         """The local step size of round `round_` (the one home of the eta_l schedule)."""
@@ -85,6 +105,7 @@ class ClientWork(Protocol):
 
     round: int
     lr: float | Tensor  # this round's local step size (Setting.local_lr); [s, 1] per client when lanes of several mix (lr_rows)
+    extras: LocalExtras  # the run's shared local-step extras (Setting.extras)
     sizes: Tensor  # [s] local data set sizes
     steps: Tensor  # [s] local steps of each client this round
     max_steps: int

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedbench.core.types import Batch
+from fedbench.core.types import Batch, LocalExtras
 from fedbench.engine.gradients import GradFn
 from fedbench.core.streams import TAG_ALGO, TAG_AUGMENT, TAG_BLOCK, TAG_SHUFFLE, hash_keys, uniform
 
@@ -129,6 +129,7 @@ class LocalWork:
     # [s] each client's run seed when the chunk holds clients of several runs (engine.loop's lanes:
     # a grid trained as one program); None: every client's streams use data.seed
     seeds: Tensor | None = None
+    extras: LocalExtras = LocalExtras()  # the run's shared local-step extras (algorithms.common.local_sgd applies them)
     _schedule: _Schedule | None = field(default=None, repr=False)
 
     def __post_init__(self):

@@ -121,7 +121,8 @@ def work_groups(steps: list[int], max_chunk: int, spread: float = 1.25, min_rows
 def local_work(fed: Federation, ids: Tensor, round_: int, lr: float) -> LocalWork:
     """The local work of clients `ids` in a round, with the run's schedule (epochs or steps)."""
     epochs = None if fed.local_epochs is None else torch.full((len(ids),), fed.local_epochs, device=fed.device)
-    return LocalWork(fed.clients, ids, round_, lr, fed.batch_size, epochs, fed.local_steps)
+    return LocalWork(fed.clients, ids, round_, lr, fed.batch_size, epochs, fed.local_steps,
+                     extras=fed.algorithm.setting.extras)
 
 
 @dataclass
@@ -139,13 +140,14 @@ class ClientRound:
 
 def mixing_key(fed: Federation) -> tuple:
     """Runs (lanes) with equal keys may share a chunk: the same hyperparameters, so that one client
-    update serves them all; they may differ in the seed (cohorts, minibatches, draws, x0), and in
-    the local step size where the algorithm takes it per client (`lr_rows`)."""
+    update serves them all (the shared local-step extras included); they may differ in the seed
+    (cohorts, minibatches, draws, x0), and in the local step size where the algorithm takes it per
+    client (`lr_rows`)."""
     algo, setting = fed.algorithm, fed.algorithm.setting
     fields = tuple((f.name, repr(getattr(algo, f.name))) for f in dataclasses.fields(algo) if f.name != "setting")
     schedule = fed.batch_size, fed.local_steps, fed.local_epochs, setting.clients_per_round
     steps = () if algo.lr_rows else (setting.eta_l, setting.eta_l_decay)  # a per-client work.lr, or one
-    return type(algo), fields, steps, setting.eta_g, schedule
+    return type(algo), fields, steps, setting.eta_g, setting.extras, schedule
 
 
 def client_round(fed: Federation, state: RunState, ids: list[int] | None = None) -> ClientRound:

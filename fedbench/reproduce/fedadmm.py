@@ -15,11 +15,16 @@ TARGETS = (rounds_to(0.97, only=("MNIST",)), rounds_to(0.8, only=("FMNIST",)),
 DATA = {"MNIST": ("dataset=mnist",), "FMNIST": ("dataset=fedadmm/fmnist",),
         "CIFAR-10": ("dataset=cifar10_half", "model=fedadmm/cnn2")}
 SPLIT = {"IID": ("partition=iid",), "non-IID": ("partition=shards",)}
+# Every method runs local SGD with momentum 0.5 (the presets set local_momentum for all arms): the
+# official code's optimizer, inherited from the base repository that ran FedAvg with it too
+# (fedadmm.md A5); SCAFFOLD's option-II control variates divide by the momentum steps' displacement
+# (fedadmm.md §3.4's alternative to dropping its momentum; common.momentum_steps). FedSGD takes one
+# full-batch step, on which momentum has no effect.
 METHODS = {
     "FedSGD": ("algorithm=fedsgd", "rounds=1000"),
     "FedADMM": ("algorithm=fedadmm",),
     "FedAvg": ("algorithm=fedavg",),
-    "FedProx": ("algorithm=fedprox", "algorithm.mu=0.01"),
+    "FedProx": ("algorithm=fedprox", "algorithm.mu=0.1"),  # fedadmm.md §3.3: 0.1 outside Tables III and V
     "SCAFFOLD": ("algorithm=scaffold",),
 }
 BASELINES = ("FedAvg", "FedProx", "SCAFFOLD")

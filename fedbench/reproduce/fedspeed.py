@@ -14,21 +14,38 @@ from fedbench.reproduce.compare import best, first_to_target, numbers, ratio_cla
 
 PAPER = "fedspeed"
 ACC = Metric("final_acc", "at", scale=100)
-METHODS = {
-    "FedAvg": ("algorithm=fedavg",),
-    "FedProx": ("algorithm=fedprox", "algorithm.mu=0.1"),
-    "FedAdam": ("algorithm=fedavg/adam", "eta_g=0.1", "algorithm.server_opt.tau=0.01"),
-    "SCAFFOLD": ("algorithm=scaffold",),
-    "FedCM": ("algorithm=fedcm",),
-    "FedDyn": ("algorithm=feddyn", "algorithm.alpha=0.1"),
-    "FedADMM": ("algorithm=fedadmm", "algorithm.momentum=0", "algorithm.hetero_epochs=false"),
-    "FedSpeed": ("algorithm=fedspeed",),
-}
+# Every method gets the same local extras (weight decay 1e-3, clip 10, no momentum: the presets set
+# them for all arms) and lr 0.1 (spec §3.0). What the spec sets per method, by setting:
+
+
+def methods(clients: int) -> dict[str, tuple[str, ...]]:
+    """The methods at 100 clients (10%) or 500 (2%), fedspeed.md §3.0: the prox weight (FedProx mu,
+    FedDyn alpha, FedADMM rho, FedSpeed 1/lambda) is 0.1 / 0.001; the lr decay is the preset's 0.998
+    except FedDyn and FedSpeed (0.9995 / 0.9998) and FedADMM (0.9995 in both, A9)."""
+    prox, own = {100: (0.1, 0.9995), 500: (0.001, 0.9998)}[clients]
+    return {
+        "FedAvg": ("algorithm=fedavg",),
+        "FedProx": ("algorithm=fedprox", f"algorithm.mu={prox}"),
+        "FedAdam": ("algorithm=fedavg/adam", "eta_g=0.1", "algorithm.server_opt.tau=0.01"),
+        "SCAFFOLD": ("algorithm=scaffold",),
+        "FedCM": ("algorithm=fedcm",),
+        "FedDyn": ("algorithm=feddyn", f"algorithm.alpha={prox}", f"eta_l_decay={own}"),
+        "FedADMM": ("algorithm=fedadmm", f"algorithm.rho={prox}", "algorithm.hetero_epochs=false", "eta_l_decay=0.9995"),
+        "FedSpeed": ("algorithm=fedspeed", f"algorithm.mu={prox}", f"eta_l_decay={own}"),
+    }
+
+
+METHODS = methods(100)
+M500 = methods(500)
+EQUAL = ("weight decay 1e-3, gradient clipping 10 and no local momentum for every method (spec §3.0); prox weight "
+         "{prox} (FedProx mu, FedDyn alpha, FedADMM rho, FedSpeed 1/lambda), lr 0.1 with decay 0.998, FedDyn and FedSpeed "
+         "{own}, FedADMM 0.9995 (A9: not restated at 2%)")
+E100, E500 = EQUAL.format(prox=0.1, own=0.9995), EQUAL.format(prox=0.001, own=0.9998)
 DATA = {"CIFAR-10": ("dataset=cifar10", "dataset.augment=true"), "CIFAR-100": ("dataset=cifar100", "dataset.augment=true"),
         "TinyImageNet": ("dataset=tinyimagenet", "dataset.augment=true", "rounds=3000")}
 SPLIT = {"IID": ("partition=iid",), "DIR": ("partition=dirichlet_balanced", "partition.alpha=0.6")}
-P500 = ("num_clients=500", "clients_per_round=10", "local_epochs=2")
-P100 = ("num_clients=100", "clients_per_round=10", "local_epochs=5")
+P500 = ("num_clients=500", "clients_per_round=10", "local_epochs=2", "batch_size=20")
+P100 = ("num_clients=100", "clients_per_round=10", "local_epochs=5", "batch_size=50")
 
 
 def arms(methods, groups) -> tuple[Arm, ...]:
@@ -57,13 +74,13 @@ register(Reproduction(
     claim="FedSpeed has the best accuracy on every data set and split (CIFAR-10 85.80 / 84.79)",
     metrics=(ACC,),
     scales={
-        "full": Scale(arms(METHODS, {f"{ds} {sp}": (*DATA[ds], *SPLIT[sp]) for ds in DATA for sp in SPLIT}), (0, 1, 2), "gpu",
+        "full": Scale(arms(M500, {f"{ds} {sp}": (*DATA[ds], *SPLIT[sp]) for ds in DATA for sp in SPLIT}), (0, 1, 2), "gpu",
                       "48 arms x 3 seeds x 1500-3000 rounds of ResNet-18-GN: ~1,000 GPU-hours", ("cifar10", "cifar100", "tinyimagenet"),
-                      config="fedspeed/table4_2/full"),
+                      config="fedspeed/table4_2/full", note=f"B = 20, E = 2; {E500}"),
         "ci": Scale(arms({m: METHODS[m] for m in ("FedAvg", "FedProx", "SCAFFOLD", "FedDyn", "FedSpeed")}, {"proxy DIR": ()}),
                     (0, 1), "cpu", "~6 min on 2 CPU cores", config="fedspeed/table4_2/ci",
                     note="fedspeed.md §7.3 proxy: make_classification 10,000 samples, Dir-0.6 over 100 clients, 10% per round, "
-                         "MLP 40-64-64-10, B = 20, E = 5, 150 rounds, 2 seeds (checks P1 and P3)"),
+                         f"MLP 40-64-64-10, B = 20, E = 5, 150 rounds, 2 seeds (checks P1 and P3); the proxy's settings: {E100}"),
     },
     check=ranking_claims, plot=("test_accuracy",),
 ))
@@ -77,8 +94,10 @@ register(Reproduction(
     name="fedspeed/table4_4", paper=PAPER, title="Table 4.4: rounds to the target test accuracy ('-' = never within T)",
     claim="FedSpeed reaches the higher target first on CIFAR-10 (100-10%: 280 IID, 380 DIR) and CIFAR-10/100 500-2%",
     metrics=T44_METRICS, reference="FedAvg",
-    scales={"full": Scale(arms(METHODS, {g: (*DATA[ds], *SPLIT[sp], *p) for g, (ds, sp, p, _) in T44.items()}), (0, 1, 2), "gpu",
-                          "64 arms x 3 seeds x 1500-3000 rounds: ~1,500 GPU-hours", ("cifar10", "cifar100", "tinyimagenet"))},
+    scales={"full": Scale(tuple(Arm(m, g, (*DATA[ds], *SPLIT[sp], *p, *o)) for g, (ds, sp, p, _) in T44.items()
+                                for m, o in methods(100 if p is P100 else 500).items()), (0, 1, 2), "gpu",
+                          "64 arms x 3 seeds x 1500-3000 rounds: ~1,500 GPU-hours", ("cifar10", "cifar100", "tinyimagenet"),
+                          note=f"100 clients: B = 50, E = 5, {E100}. 500 clients: B = 20, E = 2, {E500}")},
     check=lambda table, scale: [
         first_to_target(f"{g}: FedSpeed reaches {max(T44[g][3]):g} first",
                         ("FedSpeed", value(table, "FedSpeed", g, f"rounds_to_{max(T44[g][3]):g}")),
@@ -87,13 +106,14 @@ register(Reproduction(
 ))
 
 T43 = {**{m: METHODS[m] for m in ("FedAvg", "FedProx", "FedAdam", "SCAFFOLD", "FedCM", "FedDyn", "FedSpeed")},
-       "FedSpeed-Ing": ("algorithm=fedspeed_ing",)}
+       "FedSpeed-Ing": ("algorithm=fedspeed_ing", "algorithm.mu=0.1", "eta_l_decay=0.9995")}  # FedSpeed's decay (spec §3.0)
 register(Reproduction(
     name="fedspeed/table4_3", paper=PAPER, title="Table 4.3: wall-clock seconds per round and to 85% (CIFAR-10, 100 clients, 10%)",
     claim="FedSpeed costs ~1.57x FedAvg per round but has the lowest total time to 85% after FedSpeed-Ing",
     metrics=(Metric("s/round", "per_round", "wall_time"), rounds_to(0.85)), reference="FedSpeed",
     scales={"full": Scale(arms(T43, {"CIFAR-10 IID": (*DATA["CIFAR-10"], *SPLIT["IID"])}), (0,), "gpu",
-                          "8 arms x 1500 rounds of ResNet-18-GN: ~45 GPU-hours (A100 in the paper)", ("cifar10",), config="fedspeed/table4_3/full")},
+                          "8 arms x 1500 rounds of ResNet-18-GN: ~45 GPU-hours (A100 in the paper)", ("cifar10",), config="fedspeed/table4_3/full",
+                          note=f"IID (spec A15: the rounds match Table 4.4's IID column though the text says Dir-0.6); {E100}")},
     check=lambda table, scale: [ratio_claim("FedSpeed's time per round is 1.3-2.2x FedAvg's",
                                             value(table, "FedSpeed", "CIFAR-10 IID", "s/round"),
                                             value(table, "FedAvg", "CIFAR-10 IID", "s/round"), lambda r: 1.3 <= r <= 2.2,
@@ -110,14 +130,15 @@ register(Reproduction(
     name="fedspeed/table4_5", paper=PAPER, title="Table 4.5: accuracy under IID, Dir-0.6 and Dir-0.3 (CIFAR-10, 500 clients, 2%)",
     claim="FedSpeed loses the least from Dir-0.6 to Dir-0.3 (2.11 points) and stays best at Dir-0.3 (82.68)",
     metrics=(ACC,),
-    scales={"full": Scale(arms({m: METHODS[m] for m in ("FedAvg", "FedAdam", "SCAFFOLD", "FedCM", "FedDyn", "FedSpeed")},
+    scales={"full": Scale(arms({m: M500[m] for m in ("FedAvg", "FedAdam", "SCAFFOLD", "FedCM", "FedDyn", "FedSpeed")},
                                {"IID": ("partition=iid",), "Dir-0.6": SPLIT["DIR"], "Dir-0.3": ("partition=dirichlet_balanced", "partition.alpha=0.3")}),
-                          (0, 1, 2), "gpu", "18 arms x 3 seeds x 1500 rounds: ~350 GPU-hours", ("cifar10",), config="fedspeed/table4_5/full")},
+                          (0, 1, 2), "gpu", "18 arms x 3 seeds x 1500 rounds: ~350 GPU-hours", ("cifar10",), config="fedspeed/table4_5/full",
+                          note=f"B = 20, E = 2; {E500}")},
     check=lambda table, scale: [best("FedSpeed has the smallest Dir-0.6 -> Dir-0.3 drop", *split_drops(table), higher=False, strict=True)],
 ))
 
 FS = "algorithm=fedspeed"
-ABLATION = {"FedAvg-like (none)": ("algorithm=fedavg",),
+ABLATION = {"FedAvg-like (none)": ("algorithm=fedavg",),  # every row: the preset's FedSpeed decay 0.9995 (spec §3.9)
             "prox": (FS, "algorithm.use_correction=false", "algorithm.use_perturbation=false"),
             "prox + correction": (FS, "algorithm.use_perturbation=false"),
             "prox + perturbation": (FS, "algorithm.use_correction=false"),
@@ -127,7 +148,9 @@ register(Reproduction(
     claim="accuracy grows with each module: correction +1.70, perturbation +1.64, both +3.46 over prox alone",
     metrics=(ACC,),
     scales={"full": Scale(tuple(Arm(m, "CIFAR-10 500 rounds", o) for m, o in ABLATION.items()), (0, 1, 2), "gpu",
-                          "5 arms x 3 seeds x 500 rounds: ~35 GPU-hours", ("cifar10",), config="fedspeed/table4_6/full")},
+                          "5 arms x 3 seeds x 500 rounds: ~35 GPU-hours", ("cifar10",), config="fedspeed/table4_6/full",
+                          note="every row with FedSpeed's lr decay 0.9995, mu 0.1, weight decay 1e-3 and clip 10, so that only the "
+                               "modules differ (spec §3.9); IID: the thesis does not state the split (A19), the scale chooses IID")},
     check=lambda table, scale: [best("all three modules beat every subset",
                                      ("FedSpeed (all three)", value(table, "FedSpeed (all three)", "CIFAR-10 500 rounds", "final_acc")),
                                      {m: value(table, m, "CIFAR-10 500 rounds", "final_acc") for m in ABLATION if m != "FedSpeed (all three)"})],
@@ -142,7 +165,9 @@ for name, key, grid_values, claim in (
         title=f"Table 4.{name[-1]} (and Fig. 4.{4 if key == 'alpha' else 5}): FedSpeed accuracy against {key} (CIFAR-10, 100 clients, 10%, 500 rounds)",
         claim=claim, metrics=(ACC,),
         scales={"full": Scale(tuple(Arm(f"{key}={v:g}", "CIFAR-10", (f"algorithm.{key}={v}",)) for v in grid_values), (0, 1, 2), "gpu",
-                              f"{len(grid_values)} arms x 3 seeds x 500 rounds: ~40 GPU-hours", ("cifar10",), config=f"fedspeed/{name}/full")},
+                              f"{len(grid_values)} arms x 3 seeds x 500 rounds: ~40 GPU-hours", ("cifar10",), config=f"fedspeed/{name}/full",
+                              note="FedSpeed's lr decay 0.9995, mu 0.1, weight decay 1e-3, clip 10 (spec §3.0); IID: the thesis "
+                                   "does not state the split, the scale chooses IID")},
         check=(lambda table, scale, key=key, grid_values=grid_values: [best(
             f"{key} = {grid_values[0]:g} is below {key} = 0.1" if key == "rho0" else "alpha = 1 beats alpha = 0",
             (f"{key}={0.1 if key == 'rho0' else 1.0:g}", value(table, f"{key}={0.1 if key == 'rho0' else 1.0:g}", "CIFAR-10", "final_acc")),
@@ -154,7 +179,8 @@ register(Reproduction(
     claim="FedSpeed reaches 88.5% on CIFAR-10 IID, 6.1 points above FedAvg; FedAdam falls from 85.7% (IID) to 83.2% (DIR)",
     metrics=(Metric("best_acc", "max", scale=100),),
     scales={"full": Scale(arms(METHODS, {f"CIFAR-10 {sp}": (*DATA["CIFAR-10"], *SPLIT[sp]) for sp in SPLIT}), (0, 1, 2), "gpu",
-                          "16 arms x 3 seeds x 1500 rounds: ~350 GPU-hours", ("cifar10",), config="fedspeed/fig4_2a/full")},
+                          "16 arms x 3 seeds x 1500 rounds: ~350 GPU-hours", ("cifar10",), config="fedspeed/fig4_2a/full",
+                          note=f"B = 50, E = 5; {E100}")},
     check=lambda table, scale: [best("FedSpeed is >= 3 points above FedAvg on IID", ("FedSpeed", value(table, "FedSpeed", "CIFAR-10 IID", "best_acc")),
                                      {"FedAvg": value(table, "FedAvg", "CIFAR-10 IID", "best_acc")}, margin=3)],
 ))
@@ -176,6 +202,7 @@ register(Reproduction(
     scales={"full": Scale(tuple(Arm(m, f"E={e}", (f"local_epochs={e}", f"rounds={2500 // e}", *METHODS[m]))
                                 for e in (1, 2, 5, 10, 20) for m in ("FedAdam", "FedCM", "SCAFFOLD", "FedSpeed")), (0,), "gpu",
                           "20 arms x 2500 epochs of ResNet-18-GN: ~200 GPU-hours", ("cifar10",),
-                          config="fedspeed/fig4_3/full")},
+                          config="fedspeed/fig4_3/full",
+                          note=f"Dir-0.6: the spec's choice where the thesis is silent (A20); B = 50; {E100}")},
     check=lambda table, scale: [spread_claim(table)],
 ))

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from fedbench.core.types import Setting
+from fedbench.core.types import LocalExtras, Setting
 from fedbench.config.validate import checked_algorithm, params_of, partition_of
 from fedbench.data import DATASETS, fingerprint, make_partition
 from fedbench.engine.gradients import auto_executor, auto_loop_below, eval_batch_size, make_grad_fn
@@ -126,6 +126,7 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
                 eta_l=float(c.eta_l),
                 eta_g=float(c.eta_g),
                 eta_l_decay=float(c.eta_l_decay),
+                extras=LocalExtras(float(c.weight_decay), float(c.grad_clip), float(c.local_momentum)),
                 client_sizes=clients.size,
                 device=device,
                 client_weights=objective_weights.to(device) if c.aggregation == "num_samples" else None,

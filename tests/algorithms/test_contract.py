@@ -10,7 +10,10 @@ federation of unequal clients (float64, partial participation where allowed, min
       one datum written per algorithm; an algorithm without one fails),
   (e) the yaml defaults equal the dataclass defaults,
   (f) runs trained together as lanes (the batched launcher: other seeds, another step size) each get
-      the rounds they get alone.
+      the rounds they get alone,
+  (g) the shared local-step extras (weight_decay, grad_clip, local_momentum) at 0 leave the run bit
+      for bit; each is taken (it changes the run) or refused with one message; lanes with extras on
+      equal their runs alone.
 
 A new algorithm is covered by registering it; only its communication count must be added here.
 """
@@ -28,7 +31,10 @@ import torch
 from tests.conftest import CONF, make_cfg
 from tests.problems import LEAST_SQUARES
 from fedbench.algorithms import load_all
-from fedbench.config.validate import params_of
+from fedbench.algorithms.base import EXTRAS
+from fedbench.config.validate import params_of, validate
+from fedbench.core.errors import ConfigError
+from fedbench.core.types import LocalExtras
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.engine.loop import Federation, RunState, initial_state, run, run_lanes
 from fedbench.runs.build import build_federation, build_lanes
@@ -274,3 +280,66 @@ def test_yaml_defaults_equal_the_dataclass_defaults(name):
     missing = set(code) - set(yaml)
     assert not missing, f"dataclass fields with no yaml default (users cannot see them in --cfg job): {missing}"
 
+
+
+# -- (g) the shared local-step extras -------------------------------------------------------------
+
+EXTRAS_OFF = ["weight_decay=0", "grad_clip=0", "local_momentum=0"]
+EXTRAS_ON = ["weight_decay=0.01", "grad_clip=0.5", "local_momentum=0.5"]
+TAKES_ALL = sorted(case for case in CASES if set(EXTRAS) <= set(load_all().get(_config(case).algorithm.name).local_extras))
+
+
+def _with(case: str, *overrides: str):
+    return make_cfg(*[o for o in PROBLEM if o.split("=")[0].split(".")[0] not in _imposed(_config(case))],
+                    *(TINY_DATA.get(_config(case).dataset.name, [])), *CASES[case], "engine.executor=vmap", *overrides)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_extras_at_zero_leave_the_run_bit_for_bit(case, monkeypatch):
+    """Weight decay, clipping and momentum at 0 (off) give the run of the code without them: the
+    extras' hook (common.with_extras) replaced by the identity."""
+    cfg = _with(case, *EXTRAS_OFF)
+    off = _run(build_federation(cfg)[0])
+    import fedbench.algorithms.common as common
+    import fedbench.algorithms.fedavg as fedavg
+
+    def untouched(extras, G, X):
+        assert extras == LocalExtras()
+        return G
+
+    monkeypatch.setattr(common, "with_extras", untouched)
+    monkeypatch.setattr(fedavg, "with_extras", untouched)
+    _assert_same(off, _run(build_federation(cfg)[0]), tol=None)
+
+
+@pytest.mark.parametrize("name", REGISTERED)
+@pytest.mark.parametrize("key", EXTRAS)
+def test_an_extra_is_taken_or_refused_with_one_message(name, key):
+    """Every algorithm's local step takes each extra (the run changes), or a non-zero value stops the
+    config with one message naming the key and the algorithm."""
+    case = name
+    cfg = _with(case, *EXTRAS_OFF, f"{key}=0.5")
+    if key in load_all().get(name).local_extras:
+        fed = build_federation(cfg)[0]
+        assert getattr(fed.algorithm.setting.extras, LocalExtras.NAMES[key]) == 0.5
+        if name != "fedsgd" or key != "local_momentum":  # one full-batch step: momentum has nothing to act on
+            assert not torch.equal(_run(fed).server["x"], _run(build_federation(_with(case, *EXTRAS_OFF))[0]).server["x"])
+    else:
+        with pytest.raises(ConfigError, match=f"{key}=0.5: algorithm {name} has no local SGD step that takes it"):
+            validate(cfg)
+
+
+@pytest.mark.parametrize("case", TAKES_ALL)
+def test_lanes_with_extras_equal_each_run_alone(case):
+    """(f) with every extra on: seeds 0 and 1 share chunks; seed 2 has other extras (and half the step
+    size), so its clients must not train in the others' chunks (engine.loop.mixing_key)."""
+    cfgs = [_with(case, *EXTRAS_ON, "seed=0"), _with(case, *EXTRAS_ON, "seed=1"),
+            _with(case, "weight_decay=0.03", "grad_clip=0.2", "local_momentum=0.3", "seed=2")]
+    cfgs[2].eta_l = float(cfgs[2].eta_l) * 0.5
+    feds = [fed for fed, _ in build_lanes(cfgs)]
+    states = [initial_state(fed) for fed in feds]
+    failures = []
+    run_lanes(feds, states, None, lambda k, st, exc: failures.append((k, exc)))
+    assert not failures
+    for cfg, got in zip(cfgs, states):
+        _assert_same(got, _run(build_federation(cfg)[0]), tol=1e-10)

@@ -41,7 +41,7 @@ def test_fedadmm_without_duals_is_fedprox_with_heterogeneous_epochs_and_momentum
     """FedProx (Li et al. 2020) written out client by client with torch.optim.SGD(momentum): local
     objective f_i + rho/2 ||w - theta||^2 for E_i ~ U{1..E} epochs from theta; theta = mean w_i."""
     rho, mu, lr, R = 0.3, 0.5, 0.02, 3
-    fed = build(*LSTSQ, "algorithm=fedadmm", f"algorithm.rho={rho}", f"algorithm.momentum={mu}",
+    fed = build(*LSTSQ, "algorithm=fedadmm", f"algorithm.rho={rho}", f"local_momentum={mu}",
                 "algorithm.dual_update=false")
     state = advance(fed, initial_state(fed), R)
     theta, epochs = fed.x0.clone(), set()
@@ -67,7 +67,7 @@ def test_fedadmm_without_duals_is_fedprox_with_heterogeneous_epochs_and_momentum
 
 @pytest.mark.skipif("fedprox" not in load_all(), reason="FedProx is on branch `baselines`")
 def test_fedadmm_without_duals_is_the_registered_fedprox_bit_for_bit():
-    common = [*LSTSQ, "algorithm.momentum=0", "algorithm.hetero_epochs=false"]
+    common = [*LSTSQ, "local_momentum=0", "algorithm.hetero_epochs=false"]
     a = final_x(*common, "algorithm=fedadmm", "algorithm.dual_update=false", "algorithm.rho=0.3")
     b = final_x(*LSTSQ, "algorithm=fedprox", "algorithm.mu=0.3")
     assert torch.equal(a, b)
@@ -75,11 +75,11 @@ def test_fedadmm_without_duals_is_the_registered_fedprox_bit_for_bit():
 
 def test_fedadmm_with_rho_zero_no_duals_fixed_epochs_is_fedavg_bit_for_bit():
     a = final_x(*LSTSQ, "algorithm=fedadmm", "algorithm.rho=0", "algorithm.dual_update=false",
-                "algorithm.hetero_epochs=false", "algorithm.momentum=0")
+                "algorithm.hetero_epochs=false", "local_momentum=0")
     b = final_x(*LSTSQ, "algorithm=fedavg")
     assert torch.equal(a, b)
     assert not torch.equal(a, final_x(*LSTSQ, "algorithm=fedadmm", "algorithm.rho=0", "algorithm.dual_update=false",
-                                      "algorithm.hetero_epochs=false", "algorithm.momentum=0.5"))
+                                      "algorithm.hetero_epochs=false", "local_momentum=0.5"))
 
 
 def test_one_full_batch_epoch_is_fedsgd_whatever_the_momentum():
@@ -87,7 +87,7 @@ def test_one_full_batch_epoch_is_fedsgd_whatever_the_momentum():
     sgd = final_x(*full, "algorithm=fedsgd")
     assert torch.allclose(final_x(*full, "algorithm=fedavg"), sgd, rtol=0, atol=1e-13)
     admm = final_x(*full, "algorithm=fedadmm", "algorithm.rho=0", "algorithm.dual_update=false",
-                   "algorithm.hetero_epochs=false", "algorithm.momentum=0.5")
+                   "algorithm.hetero_epochs=false", "local_momentum=0.5")
     assert torch.allclose(admm, sgd, rtol=0, atol=1e-13)
 
 
@@ -153,7 +153,7 @@ def test_bad_values_are_config_errors():
     with pytest.raises(ConfigError, match="local_init"):
         build(*LSTSQ, "algorithm=fedadmm", "algorithm.local_init=warm")
     with pytest.raises(ConfigError, match="momentum"):
-        build(*LSTSQ, "algorithm=fedadmm", "algorithm.momentum=1.5")
+        build(*LSTSQ, "algorithm=fedadmm", "local_momentum=1.5")
     with pytest.raises(ConfigError, match="local_epochs=null"):  # before any work, not at the first round
         build(*LSTSQ, "local_epochs=null", "local_steps=3", "algorithm=fedadmm")
     build(*LSTSQ, "local_epochs=null", "local_steps=3", "algorithm=fedadmm", "algorithm.hetero_epochs=false")
@@ -162,7 +162,7 @@ def test_bad_values_are_config_errors():
 # -- target 5: convex fixed points (§2.8) -----------------------------------------------------------
 
 CONVEX = [*LEAST_SQUARES, "dataset.dim=4", "dataset.samples_per_user=40", "clients_per_round=4", "batch_size=0",
-          "algorithm.hetero_epochs=false", "algorithm.momentum=0"]
+          "algorithm.hetero_epochs=false", "local_momentum=0"]
 
 
 def _grad_F(fed, x):

@@ -15,7 +15,7 @@ from fedbench.core.streams import sample_cohort
 from fedbench.core.errors import ConfigError
 
 LSTSQ = [*LEAST_SQUARES, "dataset.dim=5", *FULL_BATCH, "eta_l=0.05"]
-EXACT = ["algorithm.weight_decay=0", "algorithm.grad_clip=0", "algorithm.mu=3"]
+EXACT = ["weight_decay=0", "grad_clip=0", "algorithm.mu=3"]
 
 
 class RecordingWork:
@@ -51,12 +51,12 @@ def test_lemmas_1_and_2_and_perturbation_geometry():
     fed, _ = build_federation(make_cfg(
         "model=mlp_2nn", "model.hidden=8", "engine.dtype=float64", "num_clients=4", "clients_per_round=2",
         "algorithm=fedspeed", f"algorithm.mu={mu}", f"algorithm.rho0={rho0}", f"algorithm.alpha={alpha}",
-        f"algorithm.weight_decay={wd}", f"algorithm.grad_clip={clip}",
+        f"weight_decay={wd}", f"grad_clip={clip}",
     ))
     algo = fed.algorithm
     x = initial_state(fed).server["x"]
     ids = torch.tensor([1, 3])
-    work = RecordingWork(LocalWork(fed.clients, ids, 0, lr, 16, None, K))
+    work = RecordingWork(LocalWork(fed.clients, ids, 0, lr, 16, None, K, extras=fed.algorithm.setting.extras))
     h_old = 0.1 * torch.randn(2, fed.flat.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     up, new = algo.client_update({"x": x}, {"h": h_old}, work)
 
@@ -93,12 +93,12 @@ def test_one_local_step_with_each_clip_mode(mode):
     """data_grad clips g~ alone; the official code clips g~ + mu (h_i - x^t) and adds (wd + mu) x unclipped (A6)."""
     mu, wd, clip, lr = 0.5, 1e-2, 0.3, 0.1
     fed, _ = build_federation(make_cfg("algorithm=fedspeed", "algorithm.rho0=0", f"algorithm.mu={mu}",
-                                       f"algorithm.weight_decay={wd}", f"algorithm.grad_clip={clip}",
+                                       f"weight_decay={wd}", f"grad_clip={clip}",
                                        f"algorithm.clip_mode={mode}", "engine.dtype=float64", "num_clients=4",
                                        "clients_per_round=2"))
     x = fed.x0
     h = torch.randn(2, fed.flat.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
-    work = LocalWork(fed.clients, torch.tensor([0, 1]), 0, lr, 16, None, 1)
+    work = LocalWork(fed.clients, torch.tensor([0, 1]), 0, lr, 16, None, 1, extras=fed.algorithm.setting.extras)
     G, _ = work.grad(x.expand(2, -1), work.batch(0))
     up, _ = fed.algorithm.client_update({"x": x}, {"h": h}, work)
     assert (G.norm(dim=1) > clip).all()  # the clip is active
@@ -114,8 +114,8 @@ def test_without_perturbation_fedspeed_is_feddyn(switch):
     """FedDyn (spec §3.6, h-form) written out: K steps x <- x - lr (grad f_i + wd x + a h_i + a (x - x^t)),
     h_i += x_K - x^t, x^{t+1} = mean_S x_K + (1/M) sum_j h_j; partial participation, 4 rounds."""
     a, wd, lr, K, N, S, rounds = 0.7, 1e-3, 0.05, 5, 8, 3, 4
-    fed, x_run = _final_x(*LSTSQ, "algorithm=fedspeed", switch, f"algorithm.mu={a}", f"algorithm.weight_decay={wd}",
-                          "algorithm.grad_clip=0", f"clients_per_round={S}", f"rounds={rounds}")
+    fed, x_run = _final_x(*LSTSQ, "algorithm=fedspeed", switch, f"algorithm.mu={a}", f"weight_decay={wd}",
+                          "grad_clip=0", f"clients_per_round={S}", f"rounds={rounds}")
     x = fed.x0.clone()
     h = torch.zeros(N, fed.flat.dim, dtype=torch.float64)
     for r in range(rounds):

@@ -69,6 +69,6 @@ def _final_x(*overrides):
 def test_fedspeed_without_perturbation_is_feddyn(setting):
     common = [*setting, "clients_per_round=3", "rounds=4"]
     x_speed = _final_x(*common, "algorithm=fedspeed", "algorithm.rho0=0", "algorithm.mu=0.3",
-                       "algorithm.weight_decay=0", "algorithm.grad_clip=0")
+                       "weight_decay=0", "grad_clip=0")
     x_dyn = _final_x(*common, "algorithm=feddyn", "algorithm.alpha=0.3")
     assert torch.allclose(x_speed, x_dyn, rtol=1e-12, atol=1e-12)

@@ -110,3 +110,40 @@ def test_resume_of_a_run_recorded_as_fedadam_continues_as_fedavg_adam(tmp_path):
     resumed = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
     assert resumed["round"] == 4
     assert torch.equal(resumed["server"]["x"], run(build(*new, "rounds=4")).server["x"])
+
+
+# -- keys that moved: the algorithms' own local-step extras became the shared top-level ones ------------
+
+# config_hash of these command lines as version d8cd4c0 (before the extras were shared) computed them
+HASHES_BEFORE_SHARED_EXTRAS = {
+    (): "c24b99d0318c493a",
+    ("algorithm=fedspeed",): "a3b5d816a4dce279",
+    ("algorithm=fedspeed_ing",): "2b5c52c6afa06fda",
+    ("algorithm=fedadmm",): "cc104a13818a0c7e",
+    ("algorithm=scaffold",): "0a63adee9ab65aad",
+    ("experiment=fedspeed/proxy_synth",): "abce770436c16a2e",
+}
+
+
+@pytest.mark.parametrize("overrides", sorted(HASHES_BEFORE_SHARED_EXTRAS))
+def test_runs_of_earlier_versions_keep_their_config_hash(overrides):
+    from fedbench.runs.single import config_hash
+
+    assert config_hash(compose(list(overrides))) == HASHES_BEFORE_SHARED_EXTRAS[overrides]
+
+
+def test_an_extra_changes_the_hash_where_it_changes_the_run():
+    from fedbench.runs.single import config_hash
+
+    for overrides, changed in ((["algorithm=fedavg"], "weight_decay=0.001"), (["algorithm=fedspeed"], "weight_decay=0"),
+                               (["algorithm=fedadmm"], "local_momentum=0"), (["algorithm=fedspeed"], "local_momentum=0.5")):
+        assert config_hash(compose([*overrides, changed])) != config_hash(compose(overrides)), (overrides, changed)
+
+
+@pytest.mark.parametrize(("old", "new"), [("algorithm.weight_decay", "weight_decay"), ("algorithm.grad_clip", "grad_clip"),
+                                          ("algorithm.momentum", "local_momentum")])
+def test_a_moved_key_is_refused_naming_its_new_place_and_resume_maps_it(old, new):
+    algorithm = "fedadmm" if new == "local_momentum" else "fedspeed"
+    with pytest.raises(ConfigError, match=f"^{old} moved to the top level: use {new}=0.25 "):
+        compose([f"algorithm={algorithm}", f"{old}=0.25"], checked=True)
+    assert map_overrides([f"algorithm={algorithm}", f"{old}=0.25"]) == [f"algorithm={algorithm}", f"{new}=0.25"]
