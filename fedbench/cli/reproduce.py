@@ -37,6 +37,12 @@ Examples:
 """
 
 
+def tuned(scale) -> str:
+    if scale.tune is None:
+        return ""
+    return f" (every method tuned over {len(next(iter(scale.tune.grid.values())))} candidates)"
+
+
 def list_reproductions() -> None:
     from fedbench.reproduce.catalog import load_catalog
     from fedbench.reproduce.run import missing
@@ -49,7 +55,7 @@ def list_reproductions() -> None:
             lacking = missing(rep, name)
             state = f"   [missing here: {', '.join(lacking)}]" if lacking else ""
             typer.echo(f"{'':<22} {name:<4}: {sc.device.upper()}, {sc.compute}; data: {needs}; "
-                       f"{len(sc.arms)} arms x {len(sc.seeds)} seeds{state}")
+                       f"{len(sc.runs)} arms x {len(sc.seeds)} seeds{tuned(sc)}{state}")
         typer.echo("")
 
 

@@ -6,7 +6,7 @@ CIFAR-10 45%; "100+" = not reached in 100 rounds; speed-up = rounds(FedSGD) / ro
 
 from __future__ import annotations
 
-from fedbench.reproduce.entry import Arm, Claim, Metric, Reproduction, Scale, register, rounds_to
+from fedbench.reproduce.entry import Arm, Claim, Metric, Reproduction, Scale, Tune, axis, candidates, register, rounds_to
 from fedbench.reproduce.compare import best, first_to_target, rounds_decrease, speedup_at_least, value
 
 PAPER = "fedadmm"
@@ -42,34 +42,33 @@ def table3_arms(columns, methods=METHODS) -> tuple[Arm, ...]:
 
 MIN_SPEEDUP = 7.6  # MNIST (100) non-IID: 250 / 33
 CI_FEDSGD_ROUNDS = 300
-CI_LRS = (0.1, 0.5)  # two values of the paper's lr grid {0.01, 0.1, 0.2, 0.5} (A4)
-
-
-def ci_group(lr: float) -> str:
-    return f"FMNIST (1000) IID proxy, lr={lr:g}"
+LR_GRID = (0.01, 0.1, 0.2, 0.5)  # the paper tunes every method's lr over this grid (fedadmm.md A4)
+CI_GROUP = "FMNIST (1000) IID proxy"
 
 
 def table3_ci_arms() -> tuple[Arm, ...]:
     methods = {**METHODS, "FedSGD": ("algorithm=fedsgd", f"rounds={CI_FEDSGD_ROUNDS}")}
-    return tuple(Arm(name, ci_group(lr), (*o, f"eta_l={lr}")) for lr in CI_LRS for name, o in methods.items())
+    return tuple(Arm(name, CI_GROUP, o) for name, o in methods.items())
+
+
+def lr_tuning(methods) -> Tune:
+    """Every method's lr over the paper's grid (A4): the same four candidates each; FedProx's rho stays the
+    method's value (tuning it too, as Table III does, would give FedProx 16 candidates to the others' 4)."""
+    return Tune({name: candidates(axis("eta_l", LR_GRID)) for name in methods})
 
 
 def check_table3(table, scale: str) -> list[Claim]:
-    if scale == "ci":  # fedadmm.md §7.3: do not assert "FedADMM beats FedAvg" in short untuned runs; check the speed-up column
-        claims = []
-        for lr in CI_LRS:
-            g = ci_group(lr)
-            admm, sgd = value(table, "FedADMM", g, "rounds_to_0.8"), value(table, "FedSGD", g, "rounds_to_0.8")
-            claims.append(speedup_at_least(f"lr {lr:g}: FedADMM reaches 80% at least {MIN_SPEEDUP}x faster than FedSGD (the "
-                                           "smallest FedADMM speed-up of Table III)", ("FedADMM", admm), ("FedSGD", sgd),
-                                           CI_FEDSGD_ROUNDS, MIN_SPEEDUP))
-        return claims
     claims = []
     for group in dict.fromkeys(table["group"]):
         metric = metric_of(group)
         claims.append(first_to_target(f"{group}: FedADMM needs the fewest rounds", ("FedADMM", value(table, "FedADMM", group, metric)),
                                       {b: value(table, b, group, metric) for b in BASELINES if b in set(table["method"])},
                                       strict=True))
+    if scale == "ci":  # the speed-up column too: FedSGD is tuned like every other method
+        admm, sgd = value(table, "FedADMM", CI_GROUP, "rounds_to_0.8"), value(table, "FedSGD", CI_GROUP, "rounds_to_0.8")
+        claims.append(speedup_at_least(f"FedADMM reaches 80% at least {MIN_SPEEDUP}x faster than FedSGD (the smallest "
+                                       "FedADMM speed-up of Table III)", ("FedADMM", admm), ("FedSGD", sgd),
+                                       CI_FEDSGD_ROUNDS, MIN_SPEEDUP))
     return claims
 
 
@@ -84,11 +83,11 @@ register(Reproduction(
                       "40 arms x 5 seeds x 100 rounds (FedSGD to 1000): ~1.1 PFLOP per seed for the cheapest column; GPU-days",
                       ("mnist", "fmnist", "cifar10")),
         "ci": Scale(table3_ci_arms(), (0,), "cpu", "~2 min on 2 CPU cores", ("fmnist",),
-                    config="fedadmm/table3/ci",
+                    config="fedadmm/table3/ci", tune=lr_tuning([*METHODS]),
                     note="the FMNIST (1,000) IID column: 60 images per client, E = 20 full-batch epochs (U{1..20} for "
                          "FedADMM/FedProx), but 20 clients per round instead of 100, CNN 1's fully connected module with 64 "
-                         "hidden units on raw pixels (softmax output kept, A3) instead of CNN 1, lr 0.1 and 0.5 of the "
-                         "paper's grid, 30 rounds (FedSGD 300)"),
+                         "hidden units on raw pixels (softmax output kept, A3) instead of CNN 1, 30 rounds (FedSGD 300); "
+                         "every method's lr tuned over the paper's grid {0.01, 0.1, 0.2, 0.5} (A4), FedProx's rho not tuned"),
     },
     check=check_table3,
 ))
