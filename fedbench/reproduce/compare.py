@@ -180,8 +180,10 @@ def tuning_table(rep: Reproduction, scale: Scale, measured: pd.DataFrame) -> pd.
         row = cell[cell["metric"] == name]
         last = cell[cell["metric"] == tie]["mean"]
         value = float(row["mean"].iloc[0]) if not row.empty else math.nan
-        shown = "n/a" if row.empty else "diverged" if row["diverged"].iloc[0] else (format_rounds(*row[["mean", "std", "reached", "n", "budget"]].iloc[0])
-                                         if name.startswith("rounds_to") else format_value(value, float(row["std"].iloc[0])))
+        first = row.iloc[0] if not row.empty else None
+        shown = ("n/a" if first is None else "diverged" if first["diverged"] else
+                 format_rounds(value, first["std"], int(first["reached"]), int(first["n"]), int(first["budget"]))
+                 if first["rounds_metric"] else format_value(value, float(first["std"])))
         rows.append(dict(method=method, group=group, setting=setting, by=name, value=value, shown=shown,
                          tie_break=float(last.iloc[0]) if not last.empty else math.nan))
     table = pd.DataFrame(rows)
