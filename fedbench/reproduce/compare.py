@@ -181,7 +181,9 @@ def tuning_table(rep: Reproduction, scale: Scale, measured: pd.DataFrame) -> pd.
         last = cell[cell["metric"] == tie]["mean"]
         value = float(row["mean"].iloc[0]) if not row.empty else math.nan
         first = row.iloc[0] if not row.empty else None
-        shown = ("n/a" if first is None else "diverged" if first["diverged"] else
+        diverged = 0 if first is None else int(first["diverged"])
+        shown = ("n/a" if first is None else
+                 ("diverged" if diverged == int(first["n"]) else f"diverged ({diverged}/{int(first['n'])})") if diverged else
                  format_rounds(value, first["std"], int(first["reached"]), int(first["n"]), int(first["budget"]))
                  if first["rounds_metric"] else format_value(value, float(first["std"])))
         rows.append(dict(method=method, group=group, setting=setting, by=name, value=value, shown=shown,

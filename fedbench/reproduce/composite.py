@@ -37,7 +37,7 @@ def check_fig2(table, scale: str) -> list[Claim]:
     reached = np.isfinite(r1)  # target 15: the rounds part on the seeds where tau = 1 reaches 1e-4 within R
 
     def errors(**named) -> str:
-        return ", ".join(f"{k} {np.array2string(np.asarray(v), precision=2)}" for k, v in named.items())
+        return ", ".join(f"{k} [{', '.join(f'{x:.3g}' for x in np.asarray(v, dtype=float))}]" for k, v in named.items())
 
     return [
         Claim("tau = 1: fedcomp and FedDA converge at the same rate (|log10 ratio| <= 0.05 at R; target 9)",

@@ -80,8 +80,8 @@ register(Reproduction(
     metrics=TARGETS, reference="FedSGD",
     scales={
         "full": Scale(table3_arms(COLUMNS), (0, 1, 2, 3, 4), "gpu",
-                      "40 arms x 5 seeds x 100 rounds (FedSGD to 1000): ~1.1 PFLOP per seed for the cheapest column; GPU-days",
-                      ("mnist", "fmnist", "cifar10")),
+                      "40 arms x 4 lrs x 5 seeds x 100 rounds (FedSGD to 1000): ~1.1 PFLOP per seed and lr for the cheapest "
+                      "column; GPU-days", ("mnist", "fmnist", "cifar10"), tune=lr_tuning([*METHODS])),
         "ci": Scale(table3_ci_arms(), (0,), "cpu", "~2 min on 2 CPU cores", ("fmnist",),
                     config="fedadmm/table3/ci", tune=lr_tuning([*METHODS]),
                     note="the FMNIST (1,000) IID column: 60 images per client, E = 20 full-batch epochs (U{1..20} for "

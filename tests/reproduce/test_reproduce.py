@@ -348,7 +348,10 @@ CI = [  # every reproduction whose ci scale runs on data available here (synthet
     "losac/fig7",
     "composite/fig2",
     "composite/fig3",
-    "fedadmm/table3",
+    pytest.param("fedadmm/table3", marks=pytest.mark.xfail(strict=True, reason=(
+        "does not hold at ci scale: with every method's lr tuned over {0.01, 0.1, 0.2, 0.5} (each winner lr 0.5), "
+        "FedADMM needs 18 rounds to 80%, FedAvg 15, FedProx 13, SCAFFOLD 13 (measured on seed 0); the FedSGD speed-up "
+        "holds (198 / 18 = 11x >= 7.6x)"))),
     "fedadmm/fig6",
     "fedadmm/fig9",
     "fedspeed/table4_2",
