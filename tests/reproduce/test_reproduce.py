@@ -342,11 +342,18 @@ def test_missing_data_is_reported_before_any_run(tiny_conf, monkeypatch):
 
 # ------------------------------------------------------------------------- the ci scale of each paper
 CI = [  # every reproduction whose ci scale runs on data available here (synthetic, digits, Fashion-MNIST)
-    "losac/table2",
+    pytest.param("losac/table2", marks=pytest.mark.xfail(strict=True, reason=(
+        "does not hold at ci scale for LoSAC's consistent variant (the paper variant holds in 3/4 cells): with every "
+        "method's eta tuned per cell over {2e-3, 5e-3, 1e-2, 2e-2}, rounds to 85% consistent vs SCAFFOLD 135 vs 85, "
+        "125 vs 80.5 (T = 2, M = 2, 5), 97.5 vs 66, 101 vs 96 (T = 6): 0/4 cells, and its loss is above SCAFFOLD's in "
+        "0/4 cells too"))),
     "losac/fig2",
     "losac/fig6",
     "losac/fig7",
-    "composite/fig2",
+    pytest.param("composite/fig2", marks=pytest.mark.xfail(strict=True, reason=(
+        "does not hold at ci scale (600 rounds instead of the spec's 2000), judged with composite.md §7.2's thresholds: "
+        "at tau = 1 Fast-FedDA's e_R is 3.8x fedcomp's (0.0335 vs 0.0089, target 11 asks >= 5x); at tau = 5 fedcomp's "
+        "e_R is 6.6e-4 (target 12: median <= 1e-8) and FedDA's 38x it (0.0252, target 13 asks >= 50x)"))),
     "composite/fig3",
     pytest.param("fedadmm/table3", marks=pytest.mark.xfail(strict=True, reason=(
         "does not hold at ci scale: with every method's lr tuned over {0.01, 0.1, 0.2, 0.5} (each winner lr 0.5), "
