@@ -82,7 +82,7 @@ register(Reproduction(
         "full": Scale(table3_arms(COLUMNS), (0, 1, 2, 3, 4), "gpu",
                       "40 arms x 4 lrs x 5 seeds x 100 rounds (FedSGD to 1000): ~1.1 PFLOP per seed and lr for the cheapest "
                       "column; GPU-days", ("mnist", "fmnist", "cifar10"), tune=lr_tuning([*METHODS])),
-        "ci": Scale(table3_ci_arms(), (0,), "cpu", "~2 min on 2 CPU cores", ("fmnist",),
+        "ci": Scale(table3_ci_arms(), (0,), "cpu", "~3 min on 2 CPU cores", ("fmnist",),
                     config="fedadmm/table3/ci", tune=lr_tuning([*METHODS]),
                     note="the FMNIST (1,000) IID column: 60 images per client, E = 20 full-batch epochs (U{1..20} for "
                          "FedADMM/FedProx), but 20 clients per round instead of 100, CNN 1's fully connected module with 64 "
@@ -203,7 +203,7 @@ register(Reproduction(
     metrics=(BEFORE_SWITCH, LAST20, Metric("final_acc", "at", scale=100)),
     scales={"full": Scale(fig6_arms(("IID", "non-IID"), (0.5, 1.0, 1.5)), (0, 1, 2), "gpu", "6 arms x 3 seeds x 100 rounds: ~2 GPU-hours",
                           ("fmnist",), config="fedadmm/fig6/full"),
-            "ci": Scale(fig6_arms(("non-IID",), (1.0, 1.5)), (0,), "cpu", "~2 min on 2 CPU cores", ("fmnist",),
+            "ci": Scale(fig6_arms(("non-IID",), (1.0, 1.5)), (0,), "cpu", "~3 min on 2 CPU cores", ("fmnist",),
                         config="fedadmm/fig6/ci",
                         note="the non-IID panel's eta = 1 and 1.5 curves, each with its constant-eta control, in the "
                              "preset's setting (100 clients, 2 label shards each, 10 per round, B = 50, 100 rounds) with "
