@@ -180,12 +180,7 @@ def tuning_table(rep: Reproduction, scale: Scale, measured: pd.DataFrame) -> pd.
         row = cell[cell["metric"] == name]
         last = cell[cell["metric"] == tie]["mean"]
         value = float(row["mean"].iloc[0]) if not row.empty else math.nan
-        first = row.iloc[0] if not row.empty else None
-        diverged = 0 if first is None else int(first["diverged"])
-        shown = ("n/a" if first is None else
-                 ("diverged" if diverged == int(first["n"]) else f"diverged ({diverged}/{int(first['n'])})") if diverged else
-                 format_rounds(value, first["std"], int(first["reached"]), int(first["n"]), int(first["budget"]))
-                 if first["rounds_metric"] else format_value(value, float(first["std"])))
+        shown = candidate_text(row.iloc[0]) if not row.empty else "n/a"
         rows.append(dict(method=method, group=group, setting=setting, by=name, value=value, shown=shown,
                          tie_break=float(last.iloc[0]) if not last.empty else math.nan))
     table = pd.DataFrame(rows)
@@ -194,6 +189,15 @@ def tuning_table(rep: Reproduction, scale: Scale, measured: pd.DataFrame) -> pd.
     picked = set(zip(chosen["method"], chosen["group"], chosen["setting"]))
     table["chosen"] = [k in picked for k in zip(table["method"], table["group"], table["setting"])]
     return table[cols]
+
+
+def candidate_text(row) -> str:
+    """A candidate's primary metric as the grid shows it: '>30' when not reached, 'diverged (1/2)' when seeds diverged."""
+    if row["diverged"]:
+        return "diverged" if row["diverged"] == row["n"] else f"diverged ({int(row['diverged'])}/{int(row['n'])})"
+    if row["rounds_metric"]:
+        return format_rounds(row["mean"], row["std"], int(row["reached"]), int(row["n"]), int(row["budget"]))
+    return format_value(row["mean"], row["std"])
 
 
 def winners(measured: pd.DataFrame, tuning: pd.DataFrame) -> pd.DataFrame:
