@@ -39,6 +39,12 @@ Examples:
 """
 
 
+def tuned(scale) -> str:
+    if scale.tune is None:
+        return ""
+    return f" (every method tuned over {len(next(iter(scale.tune.grid.values())))} candidates)"
+
+
 def list_reproductions() -> None:
     from fedbench.reproduce.catalog import load_catalog
     from fedbench.reproduce.results import measured_compute
@@ -53,7 +59,7 @@ def list_reproductions() -> None:
             state = f"   [missing here: {', '.join(lacking)}]" if lacking else ""
             compute = measured_compute(rep.name, name) or f"estimate {sc.compute}"
             typer.echo(f"{'':<22} {name:<4}: {sc.device.upper()}, {compute}; data: {needs}; "
-                       f"{len(sc.arms)} arms x {len(sc.seeds)} seeds{state}")
+                       f"{len(sc.runs)} arms x {len(sc.seeds)} seeds{tuned(sc)}{state}")
         typer.echo("")
 
 

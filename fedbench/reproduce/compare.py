@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fedbench.reproduce.entry import Claim, Metric, Reproduction
+from fedbench.reproduce.entry import Claim, Metric, Reproduction, Scale
 
 NOT_REACHED = ("-", "–", "100+", "never")
 
@@ -22,6 +22,8 @@ class RunResult:
     seed: int
     rounds: int
     history: pd.DataFrame
+    setting: str = ""  # the tuning candidate the run trained with (Arm.setting)
+    diverged: bool = False  # a tuning candidate that diverged (its history is empty: it loses the tuning)
 
 
 def measure(metric: Metric, history: pd.DataFrame, rounds: int) -> float:
@@ -98,14 +100,14 @@ def speedup(reference: float, value: float, budget: float) -> tuple[float, str]:
     return reference / value, f"{reference / value:.2f}×"
 
 
-def aggregate(rep: Reproduction, runs: list[RunResult]) -> pd.DataFrame:
-    """One row per (arm, metric): mean and std over seeds of the measured values."""
+def aggregate(rep: Reproduction, runs: list[RunResult], extra: tuple[Metric, ...] = ()) -> pd.DataFrame:
+    """One row per (arm, metric), the entry's metrics and `extra`: mean and std over seeds of the measured values."""
     rows = []
-    keys = list(dict.fromkeys((r.method, r.group) for r in runs))
-    for method, group in keys:
-        arm_runs = [r for r in runs if (r.method, r.group) == (method, group)]
+    keys = list(dict.fromkeys((r.method, r.group, r.setting) for r in runs))
+    for method, group, setting in keys:
+        arm_runs = [r for r in runs if (r.method, r.group, r.setting) == (method, group, setting)]
         budget = max(r.rounds for r in arm_runs)
-        for metric in (m for m in rep.metrics if m.applies(group)):
+        for metric in (m for m in (*rep.metrics, *extra) if m.applies(group)):
             values = np.array([measure(metric, r.history, r.rounds) for r in arm_runs], dtype=float)
             finite = values[np.isfinite(values)]
             reached = len(finite)
@@ -113,8 +115,9 @@ def aggregate(rep: Reproduction, runs: list[RunResult]) -> pd.DataFrame:
             if metric.is_rounds and reached < len(values):
                 mean = math.inf
             std = finite.std(ddof=1) if reached > 1 else math.nan
-            rows.append(dict(method=method, group=group, metric=metric.name, mean=mean, std=std,
+            rows.append(dict(method=method, group=group, setting=setting, metric=metric.name, mean=mean, std=std,
                              reached=reached, n=len(values), budget=budget - metric.offset,
+                             diverged=sum(r.diverged for r in arm_runs),
                              rounds_metric=metric.is_rounds, values=values.tolist()))
     return pd.DataFrame(rows)
 
@@ -152,11 +155,95 @@ def comparison(rep: Reproduction, measured: pd.DataFrame, paper_groups: dict[str
     return table
 
 
-DISPLAY = ["method", "group", "metric", "paper", "measured", "paper_speedup", "speedup", "n"]
+# ------------------------------------------------------------------------------------------ equal tuning
+# Each tuned method runs every candidate of its grid (Scale.tune); per method and group the winner is chosen
+# by the rule of fedbench.tracking.best (the one `fedbench report --best-by` applies), and the comparison and
+# the claims use the winners.
+def tie_break() -> Metric:
+    from fedbench.tracking.best import TIE_BREAK_LAST
+
+    return Metric(f"last{TIE_BREAK_LAST}_acc", "mean_last", last=TIE_BREAK_LAST, scale=100)
+
+
+def primary(rep: Reproduction, scale: Scale, group: str) -> tuple[str, bool]:
+    """The metric that picks a group's winners, and whether higher is better: the entry's rounds-to-target
+    that applies to the group, else the scale's `tune.by`."""
+    rounds = [m.name for m in rep.metrics if m.is_rounds and m.applies(group)]
+    if rounds:
+        return rounds[0], False
+    if scale.tune is None or scale.tune.by is None:
+        raise ValueError(f"{rep.name}: no rounds-to-target for {group!r} and no tune.by to choose the winners")
+    return scale.tune.by, not scale.tune.lower
+
+
+def tuning_table(rep: Reproduction, scale: Scale, measured: pd.DataFrame) -> pd.DataFrame:
+    """One row per tuned arm (method, group, candidate): its primary metric (as measured and as a number),
+    the tie-break, and `chosen` for each method and group's winner."""
+    from fedbench.tracking.best import pick_best
+
+    cols = ["method", "group", "setting", "by", "value", "shown", "tie_break", "chosen"]
+    tuned = measured[measured["setting"] != ""] if "setting" in measured else measured.iloc[0:0]
+    if tuned.empty:
+        return pd.DataFrame(columns=cols)
+    tie = tie_break().name
+    rows, order = [], {}
+    for (method, group, setting), cell in tuned.groupby(["method", "group", "setting"], sort=False):
+        name, higher = primary(rep, scale, group)
+        order[group] = higher
+        row = cell[cell["metric"] == name]
+        last = cell[cell["metric"] == tie]["mean"]
+        value = float(row["mean"].iloc[0]) if not row.empty else math.nan
+        shown = candidate_text(row.iloc[0]) if not row.empty else "n/a"
+        rows.append(dict(method=method, group=group, setting=setting, by=name, value=value, shown=shown,
+                         tie_break=float(last.iloc[0]) if not last.empty else math.nan))
+    table = pd.DataFrame(rows)
+    chosen = pd.concat([pick_best(table[table["group"] == g], ["method"], [("value", higher), ("tie_break", True)])
+                        for g, higher in order.items()])
+    picked = set(zip(chosen["method"], chosen["group"], chosen["setting"]))
+    table["chosen"] = [k in picked for k in zip(table["method"], table["group"], table["setting"])]
+    return table[cols]
+
+
+def candidate_text(row) -> str:
+    """A candidate's primary metric as the grid shows it: '>30' when not reached, 'diverged (1/2)' when seeds diverged."""
+    if row["diverged"]:
+        return "diverged" if row["diverged"] == row["n"] else f"diverged ({int(row['diverged'])}/{int(row['n'])})"
+    if row["rounds_metric"]:
+        return format_rounds(row["mean"], row["std"], int(row["reached"]), int(row["n"]), int(row["budget"]))
+    return format_value(row["mean"], row["std"])
+
+
+def winners(measured: pd.DataFrame, tuning: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the untuned arms and of each tuned method's chosen candidate."""
+    if tuning.empty:
+        return measured
+    chosen = set(zip(*(tuning.loc[tuning["chosen"], k] for k in ("method", "group", "setting"))))
+    keep = [s == "" or k in chosen for s, k in zip(measured["setting"], zip(measured["method"], measured["group"], measured["setting"]))]
+    return measured[keep].reset_index(drop=True)
+
+
+def tuning_markdown(rep: Reproduction, scale: Scale, tuning: pd.DataFrame) -> str:
+    """The grid and the winner per method: every candidate with its primary metric and tie-break, the rule once."""
+    from fedbench.tracking.best import rule
+
+    if tuning.empty:
+        return ""
+    sizes = tuning.groupby(["method", "group"], sort=False).size()
+    rules = dict.fromkeys(rule(r.by, primary(rep, scale, r.group)[1]) for r in tuning.itertuples())
+    lines = [f"Equal tuning: every method runs {int(sizes.iloc[0])} candidates per group; the winner per method and group "
+             f"has the {'; '.join(rules)}. The comparison and the claims use the winners.", "",
+             f"| method | group | candidate | {' / '.join(dict.fromkeys(tuning['by']))} | {tie_break().name} | chosen |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r.method} | {r.group} | {r.setting} | {r.shown} | {format_value(r.tie_break, math.nan)} | "
+              f"{'**winner**' if r.chosen else ''} |" for r in tuning.itertuples()]
+    return "\n".join(lines)
+
+
+DISPLAY = ["method", "group", "setting", "metric", "paper", "measured", "paper_speedup", "speedup", "n"]
 
 
 def to_markdown(table: pd.DataFrame, title: str = "") -> str:
-    cols = [c for c in DISPLAY if c in table]
+    cols = [c for c in DISPLAY if c in table and (c != "setting" or (table[c] != "").any())]
     show = table[cols].astype(str)
     if "paper_speedup" in show and not (show["paper_speedup"] != "").any() and not (show["speedup"] != "").any():
         show = show.drop(columns=["paper_speedup", "speedup"])
@@ -167,9 +254,14 @@ def to_markdown(table: pd.DataFrame, title: str = "") -> str:
     return "\n".join(lines)
 
 
-def to_csv_frame(table: pd.DataFrame) -> pd.DataFrame:
-    cols = ["method", "group", "metric", "paper", "paper_value", "measured", "mean", "std", "reached", "n",
-            "budget", "paper_speedup", "speedup", "speedup_value"]
+def to_csv_frame(table: pd.DataFrame, tuning: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The comparison's rows; with a tuning grid also one row per candidate that was not chosen (its primary
+    metric), and `chosen` says which rows are winners."""
+    cols = ["method", "group", "setting", "metric", "paper", "paper_value", "measured", "mean", "std", "reached", "n",
+            "budget", "paper_speedup", "speedup", "speedup_value", "chosen"]
+    if tuning is not None and not tuning.empty:
+        others = tuning[~tuning["chosen"]].rename(columns={"by": "metric", "shown": "measured", "value": "mean"})
+        table = pd.concat([table.assign(chosen=table["setting"] != ""), others], ignore_index=True)
     return table[[c for c in cols if c in table]]
 
 

@@ -27,23 +27,35 @@ def fig2_arms(taus) -> tuple[Arm, ...]:
 
 
 def check_fig2(table, scale: str) -> list[Claim]:
+    """composite.md §7.2 targets 9-15 with the spec's thresholds at every scale (a ci run that is too short to
+    reach them does not hold, with the numbers)."""
     e = {(m, g): seeds(table, m, g, "final_rel_error") for m, g in zip(table["method"], table["group"])}
     c1, d1, mid1, fast1 = (e[(m, "tau=1")] for m in ("fedcomp", "FedDA", "FedMid", "Fast-FedDA"))
     c5, d5, mid5, fast5 = (e[(m, "tau=5")] for m in ("fedcomp", "FedDA", "FedMid", "Fast-FedDA"))
-    exact = 1e-8 if scale == "full" else 1e-3  # ci: 600 rounds, the linear rate has not reached precision yet
-    fast = 5 if scale == "full" else 2
+    d5_min = seeds(table, "FedDA", "tau=5", "min_rel_error")
+    r1, r5 = (seeds(table, "fedcomp", g, "rounds_to_0.0001") for g in ("tau=1", "tau=5"))
+    reached = np.isfinite(r1)  # target 15: the rounds part on the seeds where tau = 1 reaches 1e-4 within R
+
+    def errors(**named) -> str:
+        return ", ".join(f"{k} [{', '.join(f'{x:.3g}' for x in np.asarray(v, dtype=float))}]" for k, v in named.items())
+
     return [
-        Claim("tau = 1: fedcomp and FedDA converge at the same rate (|log10 ratio| <= 0.05 at R)",
+        Claim("tau = 1: fedcomp and FedDA converge at the same rate (|log10 ratio| <= 0.05 at R; target 9)",
               bool(np.all(np.abs(np.log10(c1 / d1)) <= 0.05)), f"max {np.abs(np.log10(c1 / d1)).max():.3f}"),
-        Claim("tau = 1: FedMid is the worst (>= 10x FedDA's error)", bool(np.all(mid1 >= 10 * d1))),
-        Claim(f"tau = 1: Fast-FedDA is slower than fedcomp (>= {fast}x its error)", bool(np.all(fast1 >= fast * c1))),
-        Claim(f"tau = 5: fedcomp converges exactly despite drift (median e_R <= {exact:g})", float(np.median(c5)) <= exact,
-              f"median {np.median(c5):.2e}"),
-        Claim(f"tau = 5: FedDA stalls in a neighbourhood (>= {50 if scale == 'full' else 10}x fedcomp's error)",
-              bool(np.all(d5 >= (50 if scale == "full" else 10) * c5))),
-        Claim("tau = 5: FedMid (>= 3x FedDA) and Fast-FedDA (>= 10x fedcomp) are worse",
-              bool(np.all(mid5 >= 3 * d5) and np.all(fast5 >= 10 * c5))),
-        Claim("local updates pay off: fedcomp's error at tau = 5 is below tau = 1 on every seed", bool(np.all(c5 < c1))),
+        Claim("tau = 1: FedMid is the worst (>= 10x FedDA's error) and plateaus (e_R >= 0.05; target 10)",
+              bool(np.all(mid1 >= 10 * d1) and np.all(mid1 >= 0.05)), errors(FedMid=mid1, FedDA=d1)),
+        Claim("tau = 1: Fast-FedDA is slower than fedcomp (>= 5x its error; target 11)", bool(np.all(fast1 >= 5 * c1)),
+              errors(**{"Fast-FedDA": fast1, "fedcomp": c1})),
+        Claim("tau = 5: fedcomp converges exactly despite drift (median e_R <= 1e-8, every seed <= 1e-3; target 12)",
+              float(np.median(c5)) <= 1e-8 and bool(np.all(c5 <= 1e-3)), f"median {np.median(c5):.2e}"),
+        Claim("tau = 5: FedDA stalls in a neighbourhood (min_r e_r >= 5e-4 and >= 50x fedcomp's error; target 13)",
+              bool(np.all(d5_min >= 5e-4) and np.all(d5 >= 50 * c5)), errors(FedDA_min=d5_min, FedDA=d5, fedcomp=c5)),
+        Claim("tau = 5: FedMid (>= 3x FedDA) and Fast-FedDA (>= 10x fedcomp) are worse (target 14)",
+              bool(np.all(mid5 >= 3 * d5) and np.all(fast5 >= 10 * c5)), errors(FedMid=mid5, FedDA=d5, **{"Fast-FedDA": fast5})),
+        Claim("local updates pay off: fedcomp's error at tau = 5 is below tau = 1 on every seed, and where tau = 1 reaches "
+              "1e-4 tau = 5 needs at most half its rounds (target 15)",
+              bool(np.all(c5 < c1) and np.all(r5[reached] <= r1[reached] / 2)),
+              errors(**{"e_R tau=5": c5, "e_R tau=1": c1, "rounds to 1e-4 tau=5": r5, "rounds to 1e-4 tau=1": r1})),
     ]
 
 
@@ -51,12 +63,11 @@ register(Reproduction(
     name="composite/fig2", paper=PAPER, title="Fig. 2: sparse logistic regression, full gradients, relative error, tau = 1 and tau > 1",
     claim="at tau = 1 fedcomp and FedDA coincide and FedMid/Fast-FedDA are slower; at tau > 1 fedcomp still converges "
           "exactly while FedDA only reaches a neighbourhood",
-    metrics=(ERR, rounds_to(1e-4, "stationarity", mode="min")),
+    metrics=(ERR, Metric("min_rel_error", "min", "stationarity"), rounds_to(1e-4, "stationarity", mode="min")),
     scales={
         "full": Scale(fig2_arms((1, 5)), (0, 1, 2, 3, 4), "cpu", "8 arms x 5 seeds x 2000 rounds: ~5 min on 2 CPU cores"),
-        "ci": Scale(fig2_arms((1, 5)), (1,), "cpu", "~3 min on 2 CPU cores", config="composite/fig2/ci",
-                    note="seed 1, 600 rounds: fedcomp at tau = 5 is still on its linear descent (thresholds: e_R <= 1e-3, "
-                         "FedDA >= 10x, Fast-FedDA >= 2x instead of 1e-8, 50x, 5x)"),
+        "ci": Scale(fig2_arms((1, 5)), (1,), "cpu", "~1 min on 2 CPU cores", config="composite/fig2/ci",
+                    note="seed 1, 600 rounds instead of 2000; the spec's thresholds (composite.md §7.2)"),
     },
     check=check_fig2, plot=("stationarity",), plot_log=("stationarity",),
 ))

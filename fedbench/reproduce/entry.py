@@ -27,10 +27,11 @@ class Arm:
     group: str
     overrides: tuple[str, ...] = ()
     preset: str | None = None  # another preset for this arm (e.g. FedMid's own step sizes)
+    setting: str = ""  # the tuning candidate this arm runs ("eta_l=0.1"); "" when the method is not tuned
 
     @property
     def slug(self) -> str:
-        text = f"{self.method}__{self.group}" if self.group else self.method
+        text = "__".join(part for part in (self.method, self.group, self.setting) if part)
         return "".join(c if c.isalnum() or c in "-._" else "_" for c in text).strip("_")
 
 
@@ -68,6 +69,46 @@ def rounds_to(name_target: float, source: str = "test_accuracy", **kw) -> Metric
 
 
 @dataclass(frozen=True)
+class Tune:
+    """Equal tuning (#18): every method of the scale (of the groups in `only`, when given) runs each of its
+    candidates, override lists that set its step size and, where the paper tunes it, its own hyperparameter;
+    every method has as many candidates as every other (a grid of unequal size is refused at catalog load).
+    Per method and group the winner is chosen by one rule (compare.TUNING_RULE): the entry's primary metric
+    (its rounds-to-target that applies to the group, else `by`), ties broken by the mean of the last logged
+    test accuracies; the claims are judged on the winners."""
+
+    grid: dict[str, tuple[tuple[str, ...], ...]]  # method -> its candidates
+    by: str | None = None  # the primary metric's name where the entry has no rounds-to-target (final_acc, ...)
+    lower: bool = False  # `by` is better when lower (a loss)
+    only: tuple[str, ...] = ()  # tune only the arms of groups starting with one of these (the paper's "optimal" panels)
+
+    def applies(self, group: str) -> bool:
+        return not self.only or group.startswith(self.only)
+
+    def problems(self, methods: list[str]) -> list[str]:
+        """What is unequal: methods of the arms without a grid, and grid sizes that differ."""
+        out = [f"{m} has no candidates" for m in dict.fromkeys(methods) if m not in self.grid]
+        sizes = {m: len(c) for m, c in self.grid.items()}
+        if len(set(sizes.values())) > 1 or 0 in sizes.values():
+            out.append("grids of unequal size: " + ", ".join(f"{m} {n}" for m, n in sizes.items()))
+        return out
+
+
+def candidates(*axes: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """Every combination of the axes' overrides, the first axis slowest: candidates(("eta_l=0.1", "eta_l=0.5"),
+    ("eta_g=1",)) == (("eta_l=0.1", "eta_g=1"), ("eta_l=0.5", "eta_g=1"))."""
+    out: list[tuple[str, ...]] = [()]
+    for axis in axes:
+        out = [(*c, item) for c in out for item in axis]
+    return tuple(out)
+
+
+def axis(key: str, grid) -> tuple[str, ...]:
+    """One axis of a grid: axis("eta_l", (0.01, 0.1)) == ("eta_l=0.01", "eta_l=0.1")."""
+    return tuple(f"{key}={v:g}" if isinstance(v, float) else f"{key}={v}" for v in grid)
+
+
+@dataclass(frozen=True)
 class Scale:
     """The grid of one scale: its arms, seeds, what it needs, and the settings all its arms share, in
     the config file conf/scale/<config>.yaml (selected as `scale=<config>`, after the preset), so that
@@ -83,6 +124,18 @@ class Scale:
     # a scaled-down group -> the paper's column/panel it stands for: its published cell is shown beside the
     # measured one ("3 (FMNIST (1000) IID)"), so a ci table is never read without the paper's number
     paper_groups: dict[str, str] = field(default_factory=dict)
+    tune: Tune | None = None  # equal tuning of every method's step size (and main hyperparameter)
+
+    @property
+    def runs(self) -> tuple[Arm, ...]:
+        """The arms that train: each arm of a tuned method once per candidate (its overrides last)."""
+        out: list[Arm] = []
+        for a in self.arms:
+            if self.tune is None or not self.tune.applies(a.group):
+                out.append(a)
+            else:
+                out += [Arm(a.method, a.group, (*a.overrides, *c), a.preset, " ".join(c)) for c in self.tune.grid[a.method]]
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -133,6 +186,18 @@ REPRODUCTIONS: dict[str, Reproduction] = {}
 def register(rep: Reproduction) -> Reproduction:
     if rep.name in REPRODUCTIONS:
         raise ValueError(f"reproduction {rep.name!r} registered twice")
+    for name, scale in rep.scales.items():
+        if scale.tune is not None:
+            tuned = [a for a in scale.arms if scale.tune.applies(a.group)]
+            problems = scale.tune.problems([a.method for a in tuned])
+            metrics = {m.name for m in rep.metrics}
+            if scale.tune.by is not None and scale.tune.by not in metrics:
+                problems.append(f"tune.by {scale.tune.by!r} is not a metric of the entry ({', '.join(sorted(metrics))})")
+            if scale.tune.by is None and any(not any(m.is_rounds and m.applies(a.group) for m in rep.metrics) for a in tuned):
+                problems.append("a tuned group has no rounds-to-target to choose the winners by: set tune.by")
+            if problems:
+                raise ValueError(f"{rep.name} ({name}): equal tuning needs one grid per method, all of the same size; "
+                                 + "; ".join(problems))
     REPRODUCTIONS[rep.name] = rep
     return rep
 

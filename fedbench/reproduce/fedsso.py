@@ -6,7 +6,7 @@ offset = 1; '-' = not reached within 200 rounds.
 
 from __future__ import annotations
 
-from fedbench.reproduce.entry import Arm, Claim, Metric, Reproduction, Scale, register, rounds_to
+from fedbench.reproduce.entry import Arm, Claim, Metric, Reproduction, Scale, Tune, axis, candidates, register, rounds_to
 from fedbench.reproduce.compare import best, first_to_target, ratio_claim, value
 
 PAPER = "fedsso"
@@ -95,13 +95,18 @@ register(Reproduction(
 ))
 
 
-def curve_entry(name, title, claim, groups, methods, data, compute, check, blocked=""):
+def curve_entry(name, title, claim, groups, methods, data, compute, check, blocked="", tune=None):
     register(Reproduction(
         name=f"fedsso/{name}", paper=PAPER, title=title, claim=claim,
         metrics=(Metric("final_acc", "at", scale=100), Metric("final_train_loss", "at", "train_loss")),
-        scales={"full": Scale(tuple(Arm(m, g, (*go, *o)) for g, go in groups.items() for m, o in methods.items()), (0,), "cpu",
-                              compute, data, config=f"fedsso/{name}/full")},
+        scales={"full": Scale(tuple(Arm(m, g, (*go, *o)) for g, go in groups.items() for m, o in methods_of(methods, g).items()),
+                              (0,), "cpu", compute, data, config=f"fedsso/{name}/full", tune=tune)},
         check=check, plot=("train_loss", "test_accuracy"), blocked=blocked))
+
+
+def methods_of(methods, group: str) -> dict:
+    """`methods` is {method: overrides} for every group, or a function of the group (per-panel settings)."""
+    return methods(group) if callable(methods) else methods
 
 
 def fedsso_best(table, scale):
@@ -110,30 +115,61 @@ def fedsso_best(table, scale):
             for g in dict.fromkeys(table["group"])]
 
 
+def fig4_methods(group: str) -> dict:
+    """The panel's Table-1 optima (fedsso.md §3.9): FedDANE and FedNL on the MCLR panels, where Table 1 gives
+    them (they do not converge on the CNN, §3.5); FedSGD, which Table 1 lacks, at the panel's FedAvg alpha."""
+    methods = BLOCKS[group][3]
+    return {"FedSGD": ("algorithm=fedsgd", methods["FedAvg"][1]), **methods}
+
+
 FIG4_GROUPS = {g: (f"dataset={ds}", *model_overrides(model)) for g, (ds, model, _, _) in BLOCKS.items()}
 curve_entry("fig4", "Fig. 4: training loss and test accuracy with optimal hyper-parameters (curves of Table 1)",
-            "FedSSO converges fastest and reaches the highest accuracy", FIG4_GROUPS,
-            {"FedSGD": ("algorithm=fedsgd", "eta_l=0.3"), **BLOCKS["MNIST CNN"][3]}, ("mnist", "emnist"), "~2 CPU-hours", fedsso_best)
+            "FedSSO converges fastest and reaches the highest accuracy", FIG4_GROUPS, fig4_methods, ("mnist", "emnist"),
+            "~2 CPU-hours", fedsso_best)
 SAME = {"FedSGD": ("algorithm=fedsgd",), "FedAvg": ("algorithm=fedavg",), "SCAFFOLD": ("algorithm=scaffold",),
         "FedDANE": ("algorithm=feddane",), "FedSSO": ("algorithm=fedsso", "eta_g=1")}
 curve_entry("fig5", "Fig. 5: the same curves with shared hyper-parameters (alpha = 0.001 MCLR, 0.01 CNN)",
             "FedSSO ends with the lowest training loss and the highest accuracy",
             {g: (*go, f"eta_l={0.001 if 'MCLR' in g else 0.01}") for g, go in FIG4_GROUPS.items()}, SAME, ("mnist", "emnist"),
             "~2 CPU-hours", fedsso_best)
+
+# Figs. 6-8 "with optimal hyper-parameters" (Fig. 7 (c, d), Fig. 8 (b, d, f, h); their other panels use the same
+# alpha for every method): every method tuned over 6 candidates of the paper's grid (fedsso.md §2.7), its alpha
+# alone or, for the methods with a second step size (FedSSO's eta, FedAdagrad's server lr), 3 alphas x 2 of those.
+ALPHAS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3)
+ONE_STEP = candidates(axis("eta_l", ALPHAS))
+FEDSSO_GRID = candidates(axis("eta_l", (0.001, 0.01, 0.07)), axis("eta_g", (0.3, 1)))
+ADAGRAD_GRID = candidates(axis("eta_l", (0.01, 0.03, 0.1)), axis("eta_g", (0.01, 0.1)))
+
+
+def optimal(methods, by="final_acc", lower=False, only=()) -> Tune:
+    grids = {"FedSSO": FEDSSO_GRID, "FedAdagrad": ADAGRAD_GRID}
+    return Tune({m: grids.get(m, ONE_STEP) for m in methods}, by=by, lower=lower, only=only)
+
+
+FIG6 = {"FedAvg": ("algorithm=fedavg",), "FedAdagrad": ("algorithm=fedavg/adagrad",), "FedSSO": ("algorithm=fedsso",)}
 curve_entry("fig6", "Fig. 6: FedSSO, FedOpt (FedAdagrad) and FedAvg on CIFAR-10 (LeNet and MCLR)",
             "FedSSO converges faster than FedOpt", {"CIFAR-10 LeNet": ("model=fedsso/lenet",), "CIFAR-10 MCLR": model_overrides("mclr")},
-            {"FedAvg": ("algorithm=fedavg",), "FedAdagrad": ("algorithm=fedavg/adagrad",), "FedSSO": ("algorithm=fedsso",)},
-            ("cifar10",), "~3 CPU-hours or 20 GPU-minutes", fedsso_best)
-curve_entry("fig7", "Fig. 7: FedSSO, FedNL, FedAc, FedAvg on LIBSVM ijcnn1 binary logistic regression",
-            "FedSSO reaches a given training loss fastest; FedAc also converges well", {"ijcnn1": ()},
-            {"FedAvg": ("algorithm=fedavg",), "FedNL": ("algorithm=fednl",), "FedAc": ("algorithm=fedac",), "FedSSO": ("algorithm=fedsso",)},
-            ("ijcnn1",), "minutes on a CPU", lambda table, scale: [best("FedSSO has the lowest final training loss", ("FedSSO", value(
-                table, "FedSSO", "ijcnn1", "final_train_loss")), {m: value(table, m, "ijcnn1", "final_train_loss")
-                                                                  for m in dict.fromkeys(table["method"]) if m != "FedSSO"}, higher=False)])
-curve_entry("fig8", "Fig. 8: Shakespeare (MCLR) and Sent140 (MLP)", "FedSSO converges faster; FedDANE on the MLP diverges",
-            {"Shakespeare MCLR": ("dataset=shakespeare", "model=mclr"), "Sent140 MLP": ("dataset=sent140", "model=fedsso/mlp_sent140")},
-            {"FedAvg": ("algorithm=fedavg",), "FedDANE": ("algorithm=feddane",), "FedNL": ("algorithm=fednl",), "FedSSO": ("algorithm=fedsso",)},
-            ("shakespeare", "sent140", "glove"), "GPU recommended", fedsso_best)
+            FIG6, ("cifar10",), "~3 CPU-hours or 20 GPU-minutes (x 6 tuning candidates)", fedsso_best, tune=optimal(FIG6))
+
+
+def lowest_loss(table, scale):
+    return [best(f"{g}: FedSSO has the lowest final training loss", ("FedSSO", value(table, "FedSSO", g, "final_train_loss")),
+                 {m: value(table, m, g, "final_train_loss") for m in dict.fromkeys(table[table["group"] == g]["method"]) if m != "FedSSO"},
+                 higher=False) for g in dict.fromkeys(table["group"])]
+
+
+FIG7 = {"FedAvg": ("algorithm=fedavg",), "FedNL": ("algorithm=fednl",), "FedAc": ("algorithm=fedac",), "FedSSO": ("algorithm=fedsso",)}
+curve_entry("fig7", "Fig. 7: FedSSO, FedNL, FedAc, FedAvg on LIBSVM ijcnn1 binary logistic regression (same and optimal parameters)",
+            "FedSSO reaches a given training loss fastest; FedAc also converges well", {"ijcnn1 same": (), "ijcnn1 optimal": ()},
+            FIG7, ("ijcnn1",), "minutes on a CPU", lowest_loss,
+            tune=optimal(FIG7, by="final_train_loss", lower=True, only=("ijcnn1 optimal",)))
+FIG8 = {"FedAvg": ("algorithm=fedavg",), "FedDANE": ("algorithm=feddane",), "FedNL": ("algorithm=fednl",), "FedSSO": ("algorithm=fedsso",)}
+FIG8_PANELS = {"Shakespeare MCLR": ("dataset=shakespeare", "model=mclr"), "Sent140 MLP": ("dataset=sent140", "model=fedsso/mlp_sent140")}
+curve_entry("fig8", "Fig. 8: Shakespeare (MCLR) and Sent140 (MLP), same and optimal parameters", "FedSSO converges faster; FedDANE on the MLP diverges",
+            {f"{p} {kind}": o for p, o in FIG8_PANELS.items() for kind in ("same", "optimal")}, FIG8,
+            ("shakespeare", "sent140", "glove"), "GPU recommended", fedsso_best,
+            tune=optimal(FIG8, only=tuple(f"{p} optimal" for p in FIG8_PANELS)))
 curve_entry("fig9", "Fig. 9: FedSSO with different numbers of local steps tau (3-client MNIST partition, MCLR)",
             "convergence first speeds up as tau grows, then slows when tau is too large; FedSSO beats FedAvg at every tau",
             {f"tau={t}": (f"local_steps={t}", "local_epochs=null") for t in (1, 10, 20, 30, 40, 50)},

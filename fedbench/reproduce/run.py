@@ -14,9 +14,10 @@ import yaml
 from omegaconf import DictConfig
 
 from fedbench.config.compose import compose, conf_dir, group_choices_of
-from fedbench.core.errors import ConfigError, DataUnavailableError, FedbenchError, report_error
+from fedbench.core.errors import ConfigError, DataUnavailableError, DivergenceError, FedbenchError, report_error
 from fedbench.reproduce.entry import Arm, Claim, Reproduction, Scale
-from fedbench.reproduce.compare import RunResult, aggregate, comparison, to_csv_frame, to_markdown
+from fedbench.reproduce.compare import (RunResult, aggregate, comparison, tie_break, to_csv_frame, to_markdown, tuning_markdown,
+                                        tuning_table, winners)
 from fedbench.reproduce.plots import Marks, plot_figure
 
 OUTPUTS = Path("outputs") / "reproduce"
@@ -65,7 +66,7 @@ def scale_groups(scale: Scale) -> dict[str, str]:
 def arm_choices(rep: Reproduction, scale: Scale, group: str) -> set[str]:
     """Every choice of a config group (algorithm, dataset, ...) the scale's arms use."""
     found, scale_choice = set(), scale_groups(scale).get(group)
-    for arm in scale.arms:
+    for arm in scale.runs:
         choice = scale_choice or preset_groups(arm.preset or rep.preset_path).get(group)
         for item in arm.overrides:
             key, _, value = item.partition("=")
@@ -82,7 +83,7 @@ def missing(rep: Reproduction, scale_name: str) -> list[str]:
     if rep.blocked:
         return [rep.blocked]
     base = conf_dir()
-    presets = dict.fromkeys([rep.preset_path, *(a.preset for a in scale.arms if a.preset)])
+    presets = dict.fromkeys([rep.preset_path, *(a.preset for a in scale.runs if a.preset)])
     out = [f"preset fedbench/config/conf/experiment/{p}.yaml" for p in presets if not (base / "experiment" / f"{p}.yaml").exists()]
     if scale.config and not (base / "scale" / f"{scale.config}.yaml").exists():
         out.append(f"scale fedbench/config/conf/scale/{scale.config}.yaml")
@@ -112,12 +113,12 @@ class Job:
 
 
 def plan(rep: Reproduction, scale: Scale, stamp: str, extra: tuple[str, ...] = ()) -> list[Job]:
-    """Every job of the grid, arm-major, composed and checked as `fedbench run` checks a command line
-    (a ConfigError before any training). Each job is a run of its own in the experiment `rep.name`,
-    named `<stamp>-<arm>`; tracking.skip_finished=false: arms with equal configs all run, and the
+    """Every job of the grid (each tuning candidate an arm), arm-major, composed and checked as `fedbench run`
+    checks a command line (a ConfigError before any training). Each job is a run of its own in the experiment
+    `rep.name`, named `<stamp>-<arm>`; tracking.skip_finished=false: arms with equal configs all run, and the
     comparison uses this invocation's runs."""
     jobs = []
-    for arm in scale.arms:
+    for arm in scale.runs:
         for seed in scale.seeds:
             overrides = [*job_overrides(rep, scale, arm, extra), f"seed={seed}", f"tracking.experiment={rep.name}",
                          f"tracking.run_name={stamp}-{arm.slug}", "tracking.skip_finished=false"]
@@ -157,6 +158,11 @@ def run_grid(rep: Reproduction, scale: Scale, jobs: list[Job], folder: Path) -> 
     results, failures = [], []
     for job, run in zip(jobs, runs):
         arm = job.arm
+        if isinstance(run, DivergenceError) and arm.setting:  # a tuning candidate's step size too large: it loses
+            print(f"[reproduce] {label(arm)} seed {job.seed} diverged: {run}", flush=True)
+            results.append(RunResult(arm.method, arm.group, job.seed, int(job.cfg.rounds), pd.DataFrame({"round": []}),
+                                     arm.setting, diverged=True))
+            continue
         if isinstance(run, Exception):  # one failed job of the grid; the others ran
             if isinstance(run, FedbenchError):
                 report_error(run)
@@ -164,22 +170,25 @@ def run_grid(rep: Reproduction, scale: Scale, jobs: list[Job], folder: Path) -> 
                 import traceback
 
                 traceback.print_exception(run)
-            failures.append(f"{arm.method} [{arm.group}] seed {job.seed}: {run}")
+            failures.append(f"{label(arm)} seed {job.seed}: {run}")
             continue
-        results.append(RunResult(arm.method, arm.group, job.seed, int(job.cfg.rounds), series(run.history, keys)))
+        results.append(RunResult(arm.method, arm.group, job.seed, int(job.cfg.rounds), series(run.history, keys), arm.setting))
     return in_grid_order(scale, results), failures
+
+
+def label(arm: Arm) -> str:
+    return f"{arm.method} [{arm.group}]" + (f" {arm.setting}" if arm.setting else "")
 
 
 def announce(rep: Reproduction, scale: Scale, job: Job) -> None:
     """One line as each arm starts (its first seed)."""
     if job.seed == scale.seeds[0]:
-        print(f"[reproduce] {rep.name}: {job.arm.method} [{job.arm.group}] seeds {','.join(map(str, scale.seeds))}",
-              flush=True)
+        print(f"[reproduce] {rep.name}: {label(job.arm)} seeds {','.join(map(str, scale.seeds))}", flush=True)
 
 
 def in_grid_order(scale: Scale, results: list[RunResult]) -> list[RunResult]:
-    order = {(a.method, a.group): i for i, a in enumerate(scale.arms)}
-    return sorted(results, key=lambda r: (order[(r.method, r.group)], r.seed))
+    order = {(a.method, a.group, a.setting): i for i, a in enumerate(scale.runs)}
+    return sorted(results, key=lambda r: (order[(r.method, r.group, r.setting)], r.seed))
 
 
 def series(history: pd.DataFrame, keys: set[str]) -> pd.DataFrame:
@@ -201,7 +210,7 @@ def run_attacks(rep: Reproduction, scale: Scale, jobs: list[Job]) -> tuple[list[
         try:
             errors = recorded_attack(job.cfg, attack_round=int(job.cfg.rounds))
         except FedbenchError as exc:
-            failures.append(f"{arm.method} [{arm.group}] seed {job.seed}: {exc}")
+            failures.append(f"{label(arm)} seed {job.seed}: {exc}")
             continue
         history = pd.DataFrame({"round": range(len(errors)), "dlg_error": errors})
         history["dlg_error_ratio"] = float("nan")
@@ -217,8 +226,13 @@ def tracking_uri(extra: tuple[str, ...]) -> str:
     return resolve_tracking_uri(uri or None)
 
 
-def evaluate(rep: Reproduction, scale_name: str, runs: list[RunResult]) -> tuple[pd.DataFrame, list[Claim]]:
-    table = comparison(rep, aggregate(rep, runs), rep.scales[scale_name].paper_groups)
+def evaluate(rep: Reproduction, scale_name: str, runs: list[RunResult]) -> tuple[pd.DataFrame, list[Claim], pd.DataFrame]:
+    """The comparison (of each tuned method's winner), the claims judged on it, and the tuning grid (empty when
+    nothing is tuned)."""
+    scale = rep.scales[scale_name]
+    measured = aggregate(rep, runs, (tie_break(),) if scale.tune else ())
+    tuning = tuning_table(rep, scale, measured)
+    table = comparison(rep, winners(measured, tuning)[lambda f: f["metric"] != tie_break().name], scale.paper_groups)
     try:
         claims = rep.check(table, scale_name)
     except KeyError as exc:  # a cell the check needs was not measured (a failed arm)
@@ -226,7 +240,7 @@ def evaluate(rep: Reproduction, scale_name: str, runs: list[RunResult]) -> tuple
     except Exception as exc:  # noqa: BLE001 - a check that breaks on odd results is a failed claim, not a traceback
         first = (str(exc).strip().splitlines() or [""])[0]
         claims = [Claim(rep.claim, False, f"the claim check failed with {type(exc).__name__}: {first}".rstrip(": "))]
-    return table, claims
+    return table, claims, tuning
 
 
 def machine() -> str:
@@ -238,13 +252,16 @@ def machine() -> str:
     return f"a {os.cpu_count()}-core CPU"
 
 
-def report(rep: Reproduction, scale_name: str, table: pd.DataFrame, claims: list[Claim], seconds: float | None = None) -> str:
+def report(rep: Reproduction, scale_name: str, table: pd.DataFrame, claims: list[Claim], seconds: float | None = None,
+           tuning: pd.DataFrame | None = None) -> str:
     scale = rep.scales[scale_name]
     lines = [f"## {rep.name} — {rep.title} (scale {scale_name})", ""]
     if scale.note:
         lines += [f"Setting: {scale.note}", ""]
     if seconds is not None:  # the catalog's figure is an estimate; this is what the grid took here
         lines += [f"Compute: measured {seconds:.0f} s on {machine()} (catalog estimate: {scale.compute})", ""]
+    if tuning is not None and not tuning.empty:
+        lines += [tuning_markdown(rep, scale, tuning), ""]
     lines += [to_markdown(table), "", "Claims:"]
     lines += [claim_line(c, scale_name) for c in claims]
     return "\n".join(lines)
@@ -273,12 +290,15 @@ def figure_marks(rep: Reproduction, jobs: list[Job]) -> Marks:
 
 
 def save(rep: Reproduction, scale_name: str, runs, table, claims, out: Path, stamp: str, uri: str,
-         seconds: float | None = None, marks: Marks = Marks()) -> tuple[str, list[Path]]:
+         seconds: float | None = None, tuning: pd.DataFrame | None = None, marks: Marks = Marks()) -> tuple[str, list[Path]]:
     out.mkdir(parents=True, exist_ok=True)
-    markdown = report(rep, scale_name, table, claims, seconds)
+    markdown = report(rep, scale_name, table, claims, seconds, tuning)
     files = [out / "comparison.md", out / "comparison.csv"]
     files[0].write_text(markdown + "\n")
-    to_csv_frame(table).to_csv(files[1], index=False)
+    to_csv_frame(table, tuning).to_csv(files[1], index=False)
+    if tuning is not None and not tuning.empty:  # the figure draws each tuned method's winner
+        chosen = set(zip(*(tuning.loc[tuning["chosen"], k] for k in ("method", "group", "setting"))))
+        runs = [r for r in runs if not r.setting or (r.method, r.group, r.setting) in chosen]
     figure = plot_figure(runs, rep.plot, out / "figure.png", f"{rep.name} (scale {scale_name})", rep.plot_log,
                          marks)
     if figure is not None:
@@ -317,11 +337,11 @@ def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] 
     if not runs:
         raise FedbenchError(f"{rep.name}: no run finished ({'; '.join(failures)})")
     uri = tracking_uri(extra)
-    table, claims = evaluate(rep, scale_name, runs)
+    table, claims, tuning = evaluate(rep, scale_name, runs)
     if failures:
         claims.append(Claim("every job of the grid ran to the end", False, "failed: " + "; ".join(failures)))
     markdown, files = save(rep, scale_name, runs, table, claims, out / scale_name, stamp, uri,
-                           time.perf_counter() - started, figure_marks(rep, jobs))
+                           time.perf_counter() - started, tuning, figure_marks(rep, jobs))
     return Outcome(table, claims, markdown, files)
 
 

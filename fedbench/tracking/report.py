@@ -134,15 +134,20 @@ def _joined(frame: pd.DataFrame, columns: list[str]) -> pd.Series | str:
 
 
 def best_configs(frame: pd.DataFrame, keys: list[str], settings: list[str], metric: str) -> pd.DataFrame:
-    """Keep, per algorithm x setting, the runs of the configuration with the best mean `metric`."""
+    """Keep, per algorithm x setting, the runs of its best configuration by the rule of tracking.best (the
+    mean of `metric` over seeds; a rounds-to-target counts only when every seed reached it; ties broken by
+    the mean of the last logged accuracies)."""
+    from fedbench.tracking.best import TIE_BREAK_LAST, pick_best
+
     fixed = {*METHOD_PARAMS, *(f"param:{s}" for s in settings)}
     hp = [c for c in hyperparameters(frame) if c not in fixed]
-    frame = frame.assign(config=_joined(frame, hp))
+    frame = frame.assign(config=_joined(frame, hp), _last=mean_last(frame, TIE_BREAK_LAST))
     higher = not (metric.startswith("rounds_to") or metric == "final_loss")
-    score = frame.groupby([*keys, "config"], dropna=False)[metric].mean().reset_index()
-    score = score.sort_values(metric, ascending=not higher, na_position="last")
-    best = score.drop_duplicates(keys)[[*keys, "config"]]
-    kept = frame.merge(best, on=[*keys, "config"])
+    groups = frame.groupby([*keys, "config"], dropna=False, sort=False)
+    score = groups[metric].agg(lambda v: v.mean() if v.notna().all() else float("nan")).rename("score").to_frame()
+    score["last"] = groups["_last"].mean()
+    best = pick_best(score.reset_index(), keys, [("score", higher), ("last", True)])[[*keys, "config"]]
+    kept = frame.merge(best, on=[*keys, "config"]).drop(columns="_last")
     kept["best config"] = kept[hp].apply(lambda r: " ".join(f"{c[6:]}={v}" for c, v in r.items()), axis=1) if hp else ""
     return kept
 
