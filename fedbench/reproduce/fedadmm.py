@@ -89,6 +89,7 @@ register(Reproduction(
                       "column; GPU-days", ("mnist", "fmnist", "cifar10"), tune=lr_tuning([*METHODS])),
         "ci": Scale(table3_ci_arms(), (0,), "cpu", "~3 min on 2 CPU cores", ("fmnist",),
                     config="fedadmm/table3/ci", tune=lr_tuning([*METHODS]),
+                    paper_groups={"FMNIST (1000) IID proxy": "FMNIST (1000) IID"},
                     note="the FMNIST (1,000) IID column: 60 images per client, E = 20 full-batch epochs (U{1..20} for "
                          "FedADMM/FedProx), but 20 clients per round instead of 100, CNN 1's fully connected module with 64 "
                          "hidden units on raw pixels (softmax output kept, A3) instead of CNN 1, 30 rounds (FedSGD 300); "

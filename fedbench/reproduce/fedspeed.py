@@ -79,6 +79,7 @@ register(Reproduction(
                       config="fedspeed/table4_2/full", note=f"B = 20, E = 2; {E500}"),
         "ci": Scale(arms({m: METHODS[m] for m in ("FedAvg", "FedProx", "SCAFFOLD", "FedDyn", "FedSpeed")}, {"proxy DIR": ()}),
                     (0, 1), "cpu", "~6 min on 2 CPU cores", config="fedspeed/table4_2/ci",
+                    paper_groups={"proxy DIR": "CIFAR-10 DIR"},
                     note="fedspeed.md §7.3 proxy: make_classification 10,000 samples, Dir-0.6 over 100 clients, 10% per round, "
                          f"MLP 40-64-64-10, B = 20, E = 5, 150 rounds, 2 seeds (checks P1 and P3); the proxy's settings: {E100}"),
     },

@@ -62,7 +62,7 @@ register(Reproduction(
                       ("mnist", "emnist")),
         "ci": Scale(tuple(Arm(m, "digits MCLR", o) for m, o in (("FedAvg", ("algorithm=fedavg",)), ("FedSSO", ("algorithm=fedsso",)))),
                     (0, 1, 2), "cpu", "~1 min on 2 CPU cores",
-                    config="fedsso/table1/ci",
+                    config="fedsso/table1/ci", paper_groups={"digits MCLR": "MNIST MCLR"},
                     note="digits over 20 PFL-Non-IID clients (least_samples 2), MCLR, tau = 5, B = 10, alpha = 0.01, eta = 1, 20 rounds"),
     },
     check=check_table1,

@@ -92,7 +92,7 @@ register(Reproduction(
         "full": Scale(table2_arms(("MNIST", "HAR", "ESR"), (2, 4, 6), (2, 3, 5), N_I), (0, 1, 2), "gpu",
                       "81 arms x 3 seeds x 2000 rounds of a 2NN: ~45 GPU-hours (CPU: days)", ("mnist", "har", "esr")),
         "ci": Scale(table2_arms(("digits",), (2, 6), (2, 5), {"digits": 14}), (0, 1), "cpu", "~5 min on 2 CPU cores",
-                    config="losac/table2/ci",
+                    config="losac/table2/ci", paper_groups={"digits T=2": "MNIST T=2", "digits T=6": "MNIST T=6"},
                     tune=Tune({a.method: candidates(axis("eta_l", CI_ETAS))
                                for a in table2_arms(("digits",), (2,), (2, 5), {"digits": 14})}),
                     note="digits (1,437 train images) label-sorted over 100 clients (14 each), 10 per round, 2NN with 64 hidden "

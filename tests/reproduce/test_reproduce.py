@@ -453,3 +453,12 @@ def test_a_paper_reference_that_never_reached_gives_a_lower_bound_from_its_budge
     runs = [RunResult(m, "g2", 0, 4, hist([0.1, 0.3, 0.5, 0.6])) for m in ("A", "B")]
     table = comparison(rep, aggregate(rep, runs)).set_index(["method", "group", "metric"])
     assert table.loc[("B", "g2", "rounds_to_0.5"), "paper_speedup"] == ">2.00×"
+
+
+def test_every_paper_group_a_scale_names_is_a_column_of_the_paper():
+    for rep in CATALOG.values():
+        published = set(rep.paper_numbers()["group"])
+        for scale in rep.scales.values():
+            groups = {a.group for a in scale.arms}
+            for mine, theirs in scale.paper_groups.items():
+                assert mine in groups and theirs in published, (rep.name, mine, theirs)
