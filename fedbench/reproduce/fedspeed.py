@@ -54,19 +54,20 @@ def arms(methods, groups) -> tuple[Arm, ...]:
 
 def ranking_claims(table, scale: str) -> list[Claim]:
     groups = list(dict.fromkeys(table["group"]))
-    if scale == "ci":  # the spec's proxy targets P1 and P3 (fedspeed.md §7.3)
+    whole = [best(f"{g}: FedSpeed has the best accuracy", ("FedSpeed", value(table, "FedSpeed", g, "final_acc")),
+                  {m: value(table, m, g, "final_acc") for m in dict.fromkeys(table["method"]) if m != "FedSpeed"}) for g in groups]
+    if scale == "ci":  # the paper's claim, then the spec's proxy targets P1 and P3 (fedspeed.md §7.3)
         g = groups[0]
         fs, dyn = seeds(table, "FedSpeed", g, "final_acc"), seeds(table, "FedDyn", g, "final_acc")
         finite = bool(np.all(np.isfinite(fs)) and np.all(np.isfinite(dyn)) and len(fs) == len(dyn))
-        return [
+        return whole + [
             best("FedSpeed ends >= 3 points above FedAvg and FedProx (mean over seeds)", ("FedSpeed", float(np.mean(fs))),
                  {m: value(table, m, g, "final_acc") for m in ("FedAvg", "FedProx")}, margin=3),
             Claim("FedSpeed >= FedDyn - 0.5 points on each seed (the perturbation does not hurt)",
                   finite and bool(np.all(fs >= dyn - 0.5)),
                   f"FedSpeed {np.round(fs, 2).tolist()}, FedDyn {np.round(dyn, 2).tolist()}"),
         ]
-    return [best(f"{g}: FedSpeed has the best accuracy", ("FedSpeed", value(table, "FedSpeed", g, "final_acc")),
-                 {m: value(table, m, g, "final_acc") for m in dict.fromkeys(table["method"]) if m != "FedSpeed"}) for g in groups]
+    return whole
 
 
 register(Reproduction(

@@ -27,7 +27,9 @@ BLOCKS = {  # group: (data set, model, thresholds, {method: overrides}) from Tab
         "FedSSO": ("algorithm=fedsso", "eta_l=0.003", "eta_g=1")}),
 }
 THRESHOLDS = sorted({t for b in BLOCKS.values() for t in b[2]})
-TABLE1_METRICS = tuple(rounds_to(t, offset=1, only=tuple(g for g, b in BLOCKS.items() if t in b[2])) for t in THRESHOLDS)
+# the ci scale's digits MCLR stands for MNIST MCLR and is measured at its thresholds
+TABLE1_METRICS = tuple(rounds_to(t, offset=1, only=tuple(g for g, b in BLOCKS.items() if t in b[2])
+                                 + (("digits",) if t in BLOCKS["MNIST MCLR"][2] else ())) for t in THRESHOLDS)
 
 
 def table1_arms(blocks) -> tuple[Arm, ...]:
@@ -41,9 +43,11 @@ def model_overrides(model: str) -> tuple[str, ...]:
 
 
 def check_table1(table, scale: str) -> list[Claim]:
-    if scale == "ci":
-        g = "digits MCLR"
-        return [best("FedSSO's accuracy after 5 rounds is >= 2 points above FedAvg's (fedsso.md §7 target 20)",
+    if scale == "ci":  # the paper's claim at MNIST MCLR's top threshold, and the spec's proxy target
+        g, top = "digits MCLR", f"rounds_to_{BLOCKS['MNIST MCLR'][2][3]:g}"
+        return [first_to_target(f"{g} (for MNIST MCLR): FedSSO reaches {BLOCKS['MNIST MCLR'][2][3]:g} first",
+                                ("FedSSO", value(table, "FedSSO", g, top)), {"FedAvg": value(table, "FedAvg", g, top)}),
+                best("FedSSO's accuracy after 5 rounds is >= 2 points above FedAvg's (fedsso.md §7 target 20)",
                      ("FedSSO", value(table, "FedSSO", g, "acc@5")), {"FedAvg": value(table, "FedAvg", g, "acc@5")}, margin=2)]
     claims = []
     for g, (_, _, thresholds, methods) in BLOCKS.items():

@@ -62,7 +62,7 @@ def check_table2(table, scale: str) -> list[Claim]:
                                           {ref: value(table, ref, group, "rounds_to_0.85")}, strict=True))
             loss.append(best("", (method, value(table, method, group, "loss@500")), {ref: value(table, ref, group, "loss@500")},
                              higher=False, strict=True))
-        need = max(1, len(cells) if scale == "full" else int(np.ceil(0.75 * len(cells))))  # no cell shows nothing
+        need = max(1, len(cells))  # the paper's claim is every cell, at every scale
 
         def tally(parts) -> str:
             unshown = [c.detail.partition(" (")[0] for c in parts if c.detail.startswith("not shown")]
@@ -193,12 +193,12 @@ def check_fig6(table, scale: str) -> list[Claim]:
         for m, ratio in ratios.items():
             if m in EXACT_GRADIENT:
                 claims.append(Claim(f"{m}: e_100 < e_0 on {g}", np.isfinite(ratio) and ratio < 1, f"e_100 / e_0 = {ratio:.3f}"))
-            elif scale == "ci":  # §8 target 15: the divergence is not to be asserted on synthetic data; its weaker form is
-                claims.append(Claim(f"{m}: the attack gains less than on an exact gradient on {g} (e_100 / e_0 above DSGD's "
-                                    f"and MimeSVRG's)", np.isfinite(ratio) and ratio > exact,
-                                    f"e_100 / e_0 = {ratio:.3f}, exact-gradient uploads <= {exact:.3f}"))
-            else:
+            else:  # the paper's divergence at every scale; on the synthetic proxy also its weaker form (§8 target 15)
                 claims.append(Claim(f"{m}: e_100 > e_0 on {g}", np.isfinite(ratio) and ratio > 1, f"e_100 / e_0 = {ratio:.3f}"))
+                if scale == "ci":
+                    claims.append(Claim(f"{m}: the attack gains less than on an exact gradient on {g} (e_100 / e_0 above "
+                                        f"DSGD's and MimeSVRG's)", np.isfinite(ratio) and ratio > exact,
+                                        f"e_100 / e_0 = {ratio:.3f}, exact-gradient uploads <= {exact:.3f}"))
     return claims
 
 

@@ -381,7 +381,8 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
     summary = outputs / f"all-{scale_name}.md"
     summary.write_text("\n".join(lines))
     if record:
-        command = " ".join(["fedbench reproduce all --scale", scale_name, "--record", *extra])
+        shown = [o for o in extra if not o.startswith("tracking.")]  # where it was recorded changes no number
+        command = " ".join(["fedbench reproduce all --scale", scale_name, "--record", *shown])
         for path in recorded.record(scale_name, results, seconds, machine(), command):
             echo(f"recorded: {path}")
     return results, summary
