@@ -342,34 +342,6 @@ def test_missing_data_is_reported_before_any_run(tiny_conf, monkeypatch):
 
 
 # ------------------------------------------------------------------------- the ci scale of each paper
-# every reproduction whose ci scale runs on data available here (synthetic, digits, Fashion-MNIST); which of
-# their claims hold at this scale, and the numbers, are in docs/results.md (fedbench/reproduce/results/ci.csv)
-CI = ["losac/table2", "losac/fig2", "losac/fig6", "losac/fig7", "composite/fig2", "composite/fig3", "fedadmm/table3",
-      "fedadmm/fig6", "fedadmm/fig9", "fedspeed/table4_2", "fedsso/table1", "fedsso/table2"]
-
-
-def test_ci_list_is_every_ci_scale():
-    assert sorted(CI) == sorted(n for n, r in CATALOG.items() if "ci" in r.scales)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", CI)
-def test_ci_claims_are_the_recorded_ones(name, tmp_path):
-    """Each ci entry, run afresh, judges every claim as docs/results.md records it (recorded by
-    `fedbench reproduce all --scale ci --record engine.threads=1`): a claim that changes outcome, held or
-    not, fails here until the record is regenerated and the change explained."""
-    from fedbench.reproduce.results import recorded_claims
-
-    rep = CATALOG[name]
-    lacking = missing(rep, "ci")
-    if lacking:
-        pytest.skip(f"{name} needs {', '.join(lacking)}, not in this checkout")
-    outcome = reproduce(rep, "ci", (f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", "engine.threads=1",
-                                    "tracking.artifacts=false", "tracking.checkpoint_every=0"), outputs=tmp_path / "out")
-    assert recorded_claims(name, "ci"), f"{name}: no recorded ci outcome; run fedbench reproduce all --scale ci --record"
-    assert [(c.text, c.holds) for c in outcome.claims] == recorded_claims(name, "ci"), outcome.markdown
-
-
 def _ratios(**ratios):
     return pd.DataFrame([dict(method=m, group="g", metric="dlg_error_ratio", mean=r) for m, r in ratios.items()])
 
