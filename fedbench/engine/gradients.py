@@ -39,18 +39,18 @@ GradFn = Callable[[Tensor, Tensor, Tensor, Tensor | None], tuple[Tensor, Tensor]
 LOOP_BELOW = 5
 
 
-def make_grad_fn(flat: FlatModel, task: str, executor: str, loop_below: int = 0) -> GradFn:
+def make_grad_fn(flat: FlatModel, task: str, executor: str, loop_below: int = 0, batched: GradFn | None = None) -> GradFn:
     """Returns f(X [s,d], xb [s,B,...], yb [s,B], wb [s,B] or None) -> (G [s,d], weighted loss [s]);
     wb = None means the plain minibatch mean (every weight 1/B), one fused reduction cheaper.
     With `loop_below`, a vmap executor hands calls on fewer rows to the loop (the last clients
-    still working in a round of unequal local work)."""
+    still working in a round of unequal local work). The loop hands calls under a torch.func transform
+    (FedNL's Hessians: jvp of the gradient), where only vmap composes, to `batched` (made if not given)."""
     if executor == "vmap" and loop_below > 0:
-        batched, loop = make_grad_fn(flat, task, "vmap"), make_grad_fn(flat, task, "loop")
+        batched = make_grad_fn(flat, task, "vmap")
+        loop = make_grad_fn(flat, task, "loop", batched=batched)
 
         def grad_hybrid(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor | None) -> tuple[Tensor, Tensor]:
-            # under a torch.func transform (FedNL's Hessians: jvp of the gradient) only vmap composes
-            few = X.shape[0] < loop_below and not torch._C._functorch.is_functorch_wrapped_tensor(X)
-            return (loop if few else batched)(X, xb, yb, wb)
+            return (loop if X.shape[0] < loop_below else batched)(X, xb, yb, wb)
 
         return grad_hybrid
     loss_of, mean_loss_of = per_sample_loss(task), per_sample_loss(task, "mean")
@@ -75,11 +75,11 @@ def make_grad_fn(flat: FlatModel, task: str, executor: str, loop_below: int = 0)
         # client's row in turn: the per-client loop of research code, without its state_dict copies.
         module = copy.deepcopy(flat.module)
         params = list(module.parameters())
-        batched = make_grad_fn(flat, task, "vmap")
+        batched = batched or make_grad_fn(flat, task, "vmap")
 
         def grad_loop(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor | None) -> tuple[Tensor, Tensor]:
-            if torch._C._functorch.is_functorch_wrapped_tensor(X):  # under a torch.func transform (FedNL's
-                return batched(X, xb, yb, wb)  # Hessians: jvp of the gradient) only vmap composes
+            if torch._C._functorch.is_functorch_wrapped_tensor(X):
+                return batched(X, xb, yb, wb)
             G = torch.empty_like(X)
             losses = X.new_empty(X.shape[0])
             for i in range(X.shape[0]):
