@@ -4,7 +4,6 @@ measured compute, the ci test compares each fresh run's claims with it) and as d
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 
@@ -45,15 +44,6 @@ def recorded_claims(name: str, scale: str) -> list[tuple[str, bool]]:
     return [(r.claim, str(r.holds).lower() == "true") for r in rows.itertuples()]
 
 
-def commit() -> str:
-    try:
-        out = subprocess.run(["git", "-C", str(CHECKOUT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def docs_path() -> Path:
     """docs/results.md of the source checkout this package runs from; recording needs one."""
     if not (CHECKOUT / "pyproject.toml").exists() or not (CHECKOUT / "docs").is_dir():
@@ -66,7 +56,9 @@ def record(scale: str, outcomes: dict, seconds: dict[str, float], machine: str, 
     """Write the claims of every entry that ran (`outcomes`: name -> Outcome or why it did not run) to the
     catalog's record and docs/results.md. Returns both paths."""
     doc = docs_path()
-    date, sha = time.strftime("%Y-%m-%d"), commit()
+    from fedbench.tracking.recorder import git_commit
+
+    date, sha = time.strftime("%Y-%m-%d"), git_commit()[:7]
     rows = [dict(reproduction=name, claim=c.text, holds=c.holds, detail=c.detail, seconds=round(seconds[name], 1),
                  machine=machine, date=date, commit=sha)
             for name, out in outcomes.items() if not isinstance(out, str) for c in out.claims]
