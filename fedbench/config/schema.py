@@ -100,6 +100,7 @@ class RunConfig:
     eval_every: int = spec("rounds between test evaluations (0 = never)", ge=0)
     train_loss_every: int = spec("rounds between full training-loss evaluations (0 = never)", ge=0)
     targets: list[float] = spec("test accuracies for rounds-to-target", gt=0, le=1)
+    stop_at_targets: bool = spec("end the run at the first round where every target is reached")
     resume: bool = spec("continue from the run directory's checkpoint")
     data: Data = spec("where data comes from")
 

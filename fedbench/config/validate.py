@@ -115,6 +115,9 @@ def check_across(values: dict[str, Any]) -> None:
     if objective.startswith("rounds_to_"):
         check(any(f"rounds_to_{float(t):g}" == objective for t in targets),
               f"tracking.objective={objective} names a target not in targets={targets}")
+    check(not values["stop_at_targets"] or (targets and values["eval_every"]),
+          f"stop_at_targets=true needs targets to reach and a test evaluation to see them (got targets={targets}, "
+          f"eval_every={values['eval_every']})")
     device = values["engine"]["device"]
     if device.startswith("cuda"):
         import torch

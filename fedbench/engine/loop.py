@@ -333,7 +333,7 @@ def warm_up(fed: Federation, state: RunState) -> float:
 def run(
     fed: Federation,
     state: RunState | None = None,
-    on_round: Callable[[RunState, dict[str, float]], None] | None = None,
+    on_round: Callable[[RunState, dict[str, float]], bool | None] | None = None,
     warmup: float | None = None,
 ) -> RunState:
     """Run rounds state.round .. fed.rounds-1. `on_round` sees every round's metrics. `warmup`:

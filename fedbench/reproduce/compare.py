@@ -231,7 +231,8 @@ def tuning_markdown(rep: Reproduction, scale: Scale, tuning: pd.DataFrame) -> st
     sizes = tuning.groupby(["method", "group"], sort=False).size()
     rules = dict.fromkeys(rule(r.by, primary(rep, scale, r.group)[1]) for r in tuning.itertuples())
     lines = [f"Equal tuning: every method runs {int(sizes.iloc[0])} candidates per group; the winner per method and group "
-             f"has the {'; '.join(rules)}. The comparison and the claims use the winners.", "",
+             f"has the {'; '.join(rules)}. The comparison and the claims use the winners."
+             + (f" Not tuned: {', '.join(scale.tune.fixed)} (the setting in the note)." if scale.tune.fixed else ""), "",
              f"| method | group | candidate | {' / '.join(dict.fromkeys(tuning['by']))} | {tie_break().name} | chosen |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {r.method} | {r.group} | {r.setting} | {r.shown} | {format_value(r.tie_break, math.nan)} | "
@@ -346,6 +347,24 @@ def speedup_at_least(text: str, ours: tuple[str, float], reference: tuple[str, f
         return Claim(text, False, detail)
     bound = min(ref, budget)
     return Claim(text, bound / mine >= minimum, f"{detail}: speed-up {'>=' if math.isinf(ref) else ''}{bound / mine:.3g}")
+
+
+def reduction_at_least(text: str, ours: tuple[str, float], others: dict[str, float], budget: float,
+                       minimum: float) -> Claim:
+    """Rounds-to-target: 1 - ours / (the best of `others`) >= minimum (Table III's "Reduction"), where an
+    unreached other counts as its round budget (the reduction is then a lower bound)."""
+    name, mine = ours
+    detail = numbers({name: mine, **others})
+    if not any(math.isfinite(v) for v in (mine, *others.values())):
+        return Claim(text, False, f"{NOT_SHOWN} ({detail})")
+    if any(math.isnan(v) for v in (mine, *others.values())):
+        return Claim(text, False, f"not shown: not measured ({detail})")
+    if math.isinf(mine):
+        return Claim(text, False, detail)
+    best = min(min(v, budget) for v in others.values())
+    reduction = 1 - mine / best
+    bound = ">=" if all(math.isinf(v) for v in others.values()) else ""
+    return Claim(text, reduction >= minimum, f"{detail}: reduction {bound}{reduction:.1%}")
 
 
 def ratio(num: float, den: float) -> float:

@@ -81,13 +81,16 @@ class Tune:
     by: str | None = None  # the primary metric's name where the entry has no rounds-to-target (final_acc, ...)
     lower: bool = False  # `by` is better when lower (a loss)
     only: tuple[str, ...] = ()  # tune only the arms of groups starting with one of these (the paper's "optimal" panels)
+    # methods that run at their arm's own setting: a reference the claims do not rank against the tuned
+    # methods (a speed-up's denominator), where its tuning does not fit the scale; the output names them
+    fixed: tuple[str, ...] = ()
 
-    def applies(self, group: str) -> bool:
-        return not self.only or group.startswith(self.only)
+    def applies(self, group: str, method: str = "") -> bool:
+        return (not self.only or group.startswith(self.only)) and method not in self.fixed
 
     def problems(self, methods: list[str]) -> list[str]:
         """What is unequal: methods of the arms without a grid, and grid sizes that differ."""
-        out = [f"{m} has no candidates" for m in dict.fromkeys(methods) if m not in self.grid]
+        out = [f"{m} has no candidates" for m in dict.fromkeys(methods) if m not in self.grid and m not in self.fixed]
         sizes = {m: len(c) for m, c in self.grid.items()}
         if len(set(sizes.values())) > 1 or 0 in sizes.values():
             out.append("grids of unequal size: " + ", ".join(f"{m} {n}" for m, n in sizes.items()))
@@ -131,7 +134,7 @@ class Scale:
         """The arms that train: each arm of a tuned method once per candidate (its overrides last)."""
         out: list[Arm] = []
         for a in self.arms:
-            if self.tune is None or not self.tune.applies(a.group):
+            if self.tune is None or not self.tune.applies(a.group, a.method):
                 out.append(a)
             else:
                 out += [Arm(a.method, a.group, (*a.overrides, *c), a.preset, " ".join(c)) for c in self.tune.grid[a.method]]
@@ -188,7 +191,7 @@ def register(rep: Reproduction) -> Reproduction:
         raise ValueError(f"reproduction {rep.name!r} registered twice")
     for name, scale in rep.scales.items():
         if scale.tune is not None:
-            tuned = [a for a in scale.arms if scale.tune.applies(a.group)]
+            tuned = [a for a in scale.arms if scale.tune.applies(a.group, a.method)]
             problems = scale.tune.problems([a.method for a in tuned])
             metrics = {m.name for m in rep.metrics}
             if scale.tune.by is not None and scale.tune.by not in metrics:

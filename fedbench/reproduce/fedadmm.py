@@ -7,7 +7,7 @@ CIFAR-10 45%; "100+" = not reached in 100 rounds; speed-up = rounds(FedSGD) / ro
 from __future__ import annotations
 
 from fedbench.reproduce.entry import Arm, Claim, Metric, Reproduction, Scale, Tune, axis, candidates, register, rounds_to
-from fedbench.reproduce.compare import best, first_to_target, rounds_decrease, speedup_at_least, value
+from fedbench.reproduce.compare import best, first_to_target, reduction_at_least, rounds_decrease, speedup_at_least, value
 
 PAPER = "fedadmm"
 TARGETS = (rounds_to(0.97, only=("MNIST",)), rounds_to(0.8, only=("FMNIST",)),
@@ -62,6 +62,18 @@ def lr_tuning(methods, by: str | None = None) -> Tune:
     return Tune({name: candidates(axis("eta_l", LR_GRID)) for name in methods}, by=by)
 
 
+# --scale fmnist: the FMNIST (1000) IID column at the paper's setting, cut to fit about two hours of a 2-core CPU
+FMNIST_GROUP = "FMNIST (1000) IID"
+FMNIST_LR_GRID = (0.1, 0.2, 0.5)  # the paper's grid less 0.01, which reached 80% for no method at the ci proxy
+FMNIST_ROUNDS = 40  # the cap of the compared methods (the paper's is 100); runs stop at the target
+FMNIST_FEDSGD = ("algorithm=fedsgd", "rounds=1000", "eta_l=0.5")  # the reference: not tuned, the grid's top lr
+FMNIST_SPEEDUP, FMNIST_REDUCTION = 130.0, 0.70  # the column's published 390 / 3 and 1 - 3 / 10
+
+
+def table3_fmnist_arms() -> tuple[Arm, ...]:
+    return table3_arms([("FMNIST", 1000, "IID")], {**METHODS, "FedSGD": FMNIST_FEDSGD})
+
+
 def check_table3(table, scale: str) -> list[Claim]:
     claims = []
     for group in dict.fromkeys(table["group"]):
@@ -74,6 +86,15 @@ def check_table3(table, scale: str) -> list[Claim]:
         claims.append(speedup_at_least(f"FedADMM reaches 80% at least {MIN_SPEEDUP}x faster than FedSGD (the smallest "
                                        "FedADMM speed-up of Table III)", ("FedADMM", admm), ("FedSGD", sgd),
                                        CI_FEDSGD_ROUNDS, MIN_SPEEDUP))
+    if scale == "fmnist":  # the column's own published speed-up and reduction
+        admm = value(table, "FedADMM", FMNIST_GROUP, "rounds_to_0.8")
+        claims.append(speedup_at_least(f"{FMNIST_GROUP}: FedADMM reaches 80% at least {FMNIST_SPEEDUP:g}x faster than FedSGD",
+                                       ("FedADMM", admm), ("FedSGD", value(table, "FedSGD", FMNIST_GROUP, "rounds_to_0.8")),
+                                       1000, FMNIST_SPEEDUP))
+        claims.append(reduction_at_least(f"{FMNIST_GROUP}: FedADMM needs at least {FMNIST_REDUCTION:.0%} fewer rounds than "
+                                         "the best baseline", ("FedADMM", admm),
+                                         {b: value(table, b, FMNIST_GROUP, "rounds_to_0.8") for b in BASELINES},
+                                         FMNIST_ROUNDS, FMNIST_REDUCTION))
     return claims
 
 
@@ -94,6 +115,17 @@ register(Reproduction(
                          "FedADMM/FedProx), but 20 clients per round instead of 100, CNN 1's fully connected module with 64 "
                          "hidden units on raw pixels (softmax output kept, A3) instead of CNN 1, 30 rounds (FedSGD 300); "
                          "every method's lr tuned over the paper's grid {0.01, 0.1, 0.2, 0.5} (A4), FedProx's rho not tuned"),
+        "fmnist": Scale(table3_fmnist_arms(), (0,), "cpu", "~2 h on 2 CPU cores", ("fmnist",),
+                        config="fedadmm/table3/fmnist",
+                        tune=Tune({m: candidates(axis("eta_l", FMNIST_LR_GRID)) for m in ("FedADMM", *BASELINES)},
+                                  fixed=("FedSGD",)),
+                        note="the FMNIST (1,000) IID column at the paper's setting (CNN 1, 1,000 clients of 60 images, 100 "
+                             "per round, E = 20 full-batch epochs, U{1..20} for FedADMM/FedProx, momentum 0.5 for all), cut "
+                             "to fit about two hours of a 2-core CPU: one seed; every compared method's lr tuned over "
+                             "{0.1, 0.2, 0.5} (the paper's grid less 0.01, which reached 80% for no method at the ci "
+                             "proxy), FedProx's rho not tuned; runs stop at 80% (stop_at_targets) and at 40 rounds for "
+                             "the compared methods (the paper's cap is 100); FedSGD, the speed-ups' reference, not tuned: "
+                             "lr 0.5 (the grid's top, its ci winner), up to 1,000 rounds; no non-IID column"),
     },
     check=check_table3,
 ))

@@ -10,6 +10,7 @@ same chunks (engine.loop.mixing_key); others share the data, the rounds' loop an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,7 +118,8 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
 
     def on_round(k: int, state, metrics) -> bool:
         try:
-            sessions[k].on_round(state, metrics)
+            if sessions[k].on_round(state, metrics) is False:  # complete (stop_at_targets)
+                return False
         except KeyboardInterrupt:  # this lane is checkpointed; the others take their turn
             interrupted.add(k)
             return False
@@ -130,7 +132,9 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
         fail(k, exc)
 
     fed0 = built[0][0]
-    cap = auto_max_batch(cfgs[0], fed0.flat.dim, fed0.device)  # memory: lanes beyond it train in turns
+    tables = sessions[live[0]].state.tables.values()
+    cap = auto_max_batch(cfgs[0], fed0.flat.dim, fed0.device, table_floats=sum(math.prod(t.spec.shape) for t in tables),
+                         table_device=fed0.client_state_device)  # memory: lanes beyond it train in turns
     try:
         with GracefulInterrupt(quiet) as stop:
             for k in live:
@@ -164,9 +168,16 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
     return results  # type: ignore[return-value]
 
 
-def auto_max_batch(cfg: DictConfig, dim: int, device: torch.device, fraction: float = 0.5) -> int:
-    """The lanes that fit in `fraction` of the free memory."""
-    return max(1, int(fraction * available_bytes(device)) // max(1, lane_bytes(cfg, dim)))
+def auto_max_batch(cfg: DictConfig, dim: int, device: torch.device, fraction: float = 0.5, table_floats: int = 0,
+                   table_device: torch.device | None = None) -> int:
+    """The lanes that fit in `fraction` of the free memory: each lane's chunk rows on `device`, and its per-client
+    tables (`table_floats` per client, SCAFFOLD's c_i, FedADMM's y_i) on `table_device`, counted for every client
+    since a long run visits them all (CNN 1's y_i for 1,000 clients: 6.6 GB a lane)."""
+    itemsize = 8 if str(cfg.engine.dtype) == "float64" else 4
+    need = {device: lane_bytes(cfg, dim)}
+    table_device = table_device or device
+    need[table_device] = need.get(table_device, 0) + itemsize * int(cfg.num_clients) * table_floats
+    return max(1, min(int(fraction * available_bytes(d)) // max(1, b) for d, b in need.items()))
 
 
 def describe_groups(jobs: list[GroupJob], groups: Iterable[list[int]]) -> list[str]:

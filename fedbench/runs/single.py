@@ -33,6 +33,8 @@ def config_hash(cfg: DictConfig) -> str:
     if container.get("partition", {}).get("seed") == container.get("seed"):  # the split before partition.seed
         container["partition"].pop("seed")  # existed: checkpoints of earlier versions keep their hash
     before_shared_extras(container)  # likewise the local-step extras before they were shared
+    if not container.get("stop_at_targets", True):  # off: the hash of runs from before the option
+        container.pop("stop_at_targets")
     return hashlib.sha256(OmegaConf.to_yaml(OmegaConf.create(container)).encode()).hexdigest()[:16]
 
 
@@ -131,9 +133,10 @@ class Job:
             if meta["config_hash"] != digest:
                 raise FedbenchError(f"{self.checkpoint} was written by a different config; refusing to resume")
             resumed_run_id = meta["run_id"]
-            done = recorder.finished_run(resumed_run_id) if self.state.round >= fed.rounds else None
+            done = recorder.finished_run(resumed_run_id) if self.state.round >= fed.rounds or self.reached() else None
             if done is not None:  # nothing left to train or record: never log targets or artifacts twice
-                say(f"MLflow run {resumed_run_id} already FINISHED all {fed.rounds} rounds; nothing to resume")
+                say(f"MLflow run {resumed_run_id} already FINISHED "
+                    f"{'at its targets' if self.reached() else f'all {fed.rounds} rounds'}; nothing to resume")
                 return recorder.summary_of(done)
             say(f"resuming MLflow run {resumed_run_id} from round {self.state.round} ({self.checkpoint})")
         self.run_id = recorder.start(
@@ -165,8 +168,14 @@ class Job:
         self.line_every = max(1, fed.rounds // 10)
         return None
 
-    def on_round(self, st, metrics) -> None:
-        """Record a round; checkpoint when due or asked to stop (then raise KeyboardInterrupt)."""
+    def reached(self) -> bool:
+        """stop_at_targets and every target reached: the run is complete."""
+        accs = [h["test_accuracy"] for h in self.state.history if "test_accuracy" in h]
+        return bool(self.cfg.get("stop_at_targets")) and bool(accs) and max(accs) >= max(self.cfg.targets)
+
+    def on_round(self, st, metrics) -> bool:
+        """Record a round; checkpoint when due or asked to stop (then raise KeyboardInterrupt). False: the
+        run is complete before its last round (stop_at_targets)."""
         rounds, bar = self.fed.rounds, self.bar
         self.recorder.log_round(metrics)
         shown = {k.replace("test_", ""): f"{metrics[k]:.4f}" for k in ("test_accuracy", "test_loss") if k in metrics}
@@ -182,6 +191,10 @@ class Job:
             save_checkpoint(self.checkpoint, st, self.run_id, self.digest)
         if stopping and st.round < rounds:
             raise KeyboardInterrupt
+        if st.round < rounds and self.reached():
+            self.say(f"every target reached at round {st.round}: stopped (stop_at_targets)")
+            return False
+        return True
 
     def save(self) -> None:
         """The final checkpoint, after the record: the checkpoint never claims rounds the record lacks."""

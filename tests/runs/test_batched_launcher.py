@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+import torch
 
 from tests.conftest import make_cfg
 from tests.faultkit import fedbench, runs
@@ -176,3 +177,18 @@ def test_the_launcher_takes_the_config_the_sweeper_composed_to_check_it():
     assert Loader.calls == 2 and [c is l for c, l in zip(checked, launched)] == [True, True]
     again = loader.load_sweep_config(master, ["seed=0"])  # nothing kept any more: composed afresh
     assert Loader.calls == 3 and again["n"] == 3
+
+
+def test_the_automatic_cap_counts_every_clients_table_rows(monkeypatch):
+    """SCAFFOLD's c_i for 1,000 clients of a 1.66M-parameter CNN is 6.6 GB a lane: lanes that fit by their
+    chunk rows alone must train in turns once their tables would not fit."""
+    from fedbench.runs import batched
+
+    monkeypatch.setattr(batched, "available_bytes", lambda device: 64 * 2**30)
+    cfg, cpu = make_cfg("num_clients=1000", "clients_per_round=10"), torch.device("cpu")
+    dim = 1_663_370
+    alone = batched.auto_max_batch(cfg, dim, cpu)
+    assert alone == 32 * 2**30 // batched.lane_bytes(cfg, dim) > 20
+    assert batched.auto_max_batch(cfg, dim, cpu, table_floats=dim) == 32 * 2**30 // (batched.lane_bytes(cfg, dim) + 4 * 1000 * dim) == 4
+    # tables kept on the host while the lanes compute on an accelerator: each memory caps on its own
+    assert batched.auto_max_batch(cfg, dim, torch.device("meta"), table_floats=dim, table_device=cpu) == 32 * 2**30 // (4 * 1000 * dim) == 5
