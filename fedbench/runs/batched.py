@@ -132,8 +132,8 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
         fail(k, exc)
 
     fed0 = built[0][0]
-    tables = sessions[live[0]].state.tables.values()
-    cap = auto_max_batch(cfgs[0], fed0.flat.dim, fed0.device, table_floats=sum(math.prod(t.spec.shape) for t in tables),
+    tables = max(sum(math.prod(t.spec.shape) for t in sessions[k].state.tables.values()) for k in live)
+    cap = auto_max_batch(cfgs[0], fed0.flat.dim, fed0.device, table_floats=tables,
                          table_device=fed0.client_state_device)  # memory: lanes beyond it train in turns
     try:
         with GracefulInterrupt(quiet) as stop:
