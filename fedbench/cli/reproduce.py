@@ -20,7 +20,7 @@ class _OneCommandGroup(TyperGroup):
         return click.Command.parse_args(self, ctx, args)
 
     def format_usage(self, ctx: click.Context, formatter) -> None:
-        formatter.write_usage(ctx.command_path, "NAME [--scale ci|full] [HYDRA_OVERRIDES]...")
+        formatter.write_usage(ctx.command_path, "NAME [--scale ci|full|<scale>] [HYDRA_OVERRIDES]...")
 
 
 app = typer.Typer(cls=_OneCommandGroup,
@@ -68,7 +68,7 @@ def list_reproductions() -> None:
 def reproduce(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="a reproduction (<paper>/<table>), `all`, or `list`")],
-    scale: Annotated[str, typer.Option("--scale", help="ci (scaled down, CPU minutes) or full (the paper's settings)")] = "ci",
+    scale: Annotated[str, typer.Option("--scale", help="ci (scaled down, CPU minutes), full (the paper's settings) or an entry's own (fedbench reproduce list)")] = "ci",
     record: Annotated[bool, typer.Option("--record", help="with `all`: record every claim and the compute taken as the "
                                          "catalog's results and docs/results.md (a source checkout)")] = False,
 ) -> None:
@@ -88,7 +88,7 @@ def reproduce(
             raise typer.Exit(1)
         return
     if record:
-        raise ConfigError("--record records a whole scale: use it with `fedbench reproduce all --scale <ci|full>`")
+        raise ConfigError("--record records a whole scale: use it with `fedbench reproduce all --scale <scale>`")
     from fedbench.reproduce.catalog import get
     from fedbench.reproduce.run import reproduce as run_reproduction
 
