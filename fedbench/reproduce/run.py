@@ -116,12 +116,15 @@ def plan(rep: Reproduction, scale: Scale, stamp: str, extra: tuple[str, ...] = (
     """Every job of the grid (each tuning candidate an arm), arm-major, composed and checked as `fedbench run`
     checks a command line (a ConfigError before any training). Each job is a run of its own in the experiment
     `rep.name`, named `<stamp>-<arm>`; tracking.skip_finished=false: arms with equal configs all run, and the
-    comparison uses this invocation's runs."""
+    comparison uses this invocation's runs, unless the command sets tracking.skip_finished=true: then an arm
+    whose config FINISHED in the experiment is read back, and one interrupted continues from its checkpoint
+    (a long reproduction stopped midway goes on where it stopped)."""
     jobs = []
+    fresh = [] if any(o.startswith("tracking.skip_finished=") for o in extra) else ["tracking.skip_finished=false"]
     for arm in scale.runs:
         for seed in scale.seeds:
             overrides = [*job_overrides(rep, scale, arm, extra), f"seed={seed}", f"tracking.experiment={rep.name}",
-                         f"tracking.run_name={stamp}-{arm.slug}", "tracking.skip_finished=false"]
+                         f"tracking.run_name={stamp}-{arm.slug}", *fresh]
             jobs.append(Job(arm, seed, overrides, compose(overrides, checked=True)))
     return jobs
 

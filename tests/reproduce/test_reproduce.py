@@ -313,6 +313,28 @@ def test_a_tuned_grid_trains_every_candidate_and_reports_the_winners(tiny_conf, 
     assert len(client.search_runs([client.get_experiment_by_name(rep.name).experiment_id])) == 5  # 4 candidates + comparison
 
 
+def test_a_reproduction_run_again_with_skip_finished_reads_its_finished_arms_back(tiny_conf, monkeypatch):
+    """tracking.skip_finished=true: the arms that FINISHED are read back from the record, not trained again, and
+    the comparison is the same; by default every invocation trains its arms afresh."""
+    from mlflow.tracking import MlflowClient
+
+    rep = fake_rep(tiny_conf / "papers", monkeypatch)
+    uri = f"tracking.uri=sqlite:///{tiny_conf}/mlflow.db"
+    first = reproduce(rep, "ci", (uri, "engine.threads=1"), outputs=tiny_conf / "outputs")
+    client = MlflowClient(uri.partition("=")[2])
+
+    def arm_runs():
+        found = client.search_runs([client.get_experiment_by_name(rep.name).experiment_id])
+        return [r for r in found if not r.info.run_name.endswith("-comparison")]
+
+    trained = len(arm_runs())
+    again = reproduce(rep, "ci", (uri, "engine.threads=1", "tracking.skip_finished=true"), outputs=tiny_conf / "outputs")
+    assert len(arm_runs()) == trained  # nothing trained again
+    pd.testing.assert_frame_equal(again.table, first.table)
+    reproduce(rep, "ci", (uri, "engine.threads=1"), outputs=tiny_conf / "outputs")
+    assert len(arm_runs()) == 2 * trained
+
+
 def test_cli_exit_code_0_when_every_claim_holds(monkeypatch):
     import fedbench.reproduce.run as run_module
 
