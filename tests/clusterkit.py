@@ -21,7 +21,7 @@ PARTS = ("postgres", "mlflow", "head", "worker")
 
 def missing() -> str | None:
     """What this machine lacks for the cluster (CI installs all of it: scripts/install_test_deps.sh)."""
-    for module, extra in (("ray", "ray"), ("hydra_plugins.hydra_ray_launcher", "ray"), ("psycopg2", "cluster")):
+    for module, extra in (("ray", "ray"), ("hydra_plugins.hydra_ray_launcher", "ray"), ("psycopg2", "postgres")):
         try:
             found = importlib.util.find_spec(module) is not None
         except ModuleNotFoundError:
