@@ -169,3 +169,34 @@ def test_an_mlflow_server_stopped_mid_run_ends_it_with_one_line_then_resume_comp
         return sorted((m.step, m.value) for m in client.get_metric_history(run_id, "test_accuracy"))
 
     assert history(cluster.client(), run.info.run_id) == history(local, reference.info.run_id)
+
+
+def test_a_batched_grid_goes_to_the_cluster_one_ray_task_per_group(cluster, tmp_path):
+    """hydra/launcher=batched_ray: the grid's groups each train as one Ray task; every
+    job is still its own run in PostgreSQL, and the same run as the batched launcher trains in one process."""
+    grid = [*SMALL, "algorithm=fedavg,fedprox", "seed=0,1", "rounds=3", "tracking.experiment=batched_ray",
+            "hydra.launcher.max_batch=2"]  # two groups of two lanes
+    out = launch(cluster, tmp_path, [sys.executable, "-m", "fedbench.cli", "run", "-m", "hydra/launcher=batched_ray", *grid,
+                                     f"tracking.uri={cluster.mlflow_uri}", f"hydra.sweep.dir={tmp_path}/sweep"])
+    assert out.returncode == 0, out.stderr[-4000:]
+    shown = out.stdout + out.stderr
+    assert f"4 job(s) in 2 group(s) as Ray tasks on {cluster.ray_address}" in shown
+    assert shown.count("(train_group pid=") >= 2  # the groups trained in Ray's worker processes
+    found = cluster.runs("batched_ray")
+    assert len(found) == 4 and {r.info.status for r in found} == {"FINISHED"}
+    assert {r.data.tags["batched_lanes"] for r in found} == {"2"}
+    assert steps_in_postgres(cluster, "batched_ray") == {r.info.run_id: [1, 2, 3] for r in found}
+    here = fedbench("run", "-m", "hydra/launcher=batched", *grid, f"tracking.uri=sqlite:///{tmp_path}/here.db",
+                    f"hydra.sweep.dir={tmp_path}/here", cwd=tmp_path, timeout=300)
+    assert here.returncode == 0, here.stderr[-3000:]
+    from mlflow.tracking import MlflowClient
+
+    local = MlflowClient(f"sqlite:///{tmp_path}/here.db")
+
+    def histories(client, runs):
+        return {(r.data.params["algorithm.name"], r.data.params["seed"]):
+                [m.value for m in sorted(client.get_metric_history(r.info.run_id, "test_accuracy"), key=lambda m: m.step)]
+                for r in runs}
+
+    assert histories(cluster.client(), found) == histories(
+        local, local.search_runs([local.get_experiment_by_name("batched_ray").experiment_id]))
