@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Installs fedbench with its test extras, and Fashion-MNIST from Debian where apt is available.
+# Installs fedbench with everything its tests use: the test, sweep and tuning extras, Ray and its
+# launcher (scripts/install_ray.sh), PostgreSQL's driver for an MLflow server (`postgres`), the peer
+# frameworks of scripts/bench_peers.py (`peers`: flwr, pfl); and from Debian, where apt is
+# available, Fashion-MNIST and PostgreSQL (the cluster tests start one: scripts/local_cluster.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if command -v apt-get >/dev/null 2>&1 && [ ! -d /usr/share/datasets/fashion-mnist ]; then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq dataset-fashion-mnist
+if command -v apt-get >/dev/null 2>&1; then
+  wanted=()
+  [ -d /usr/share/datasets/fashion-mnist ] || wanted+=(dataset-fashion-mnist)
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || wanted+=(postgresql)
+  if [ ${#wanted[@]} -gt 0 ]; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${wanted[@]}"
+  fi
 fi
-python3 -m pip install -q -e '.[test,sweeps,tune]'
+bash scripts/install_ray.sh test,sweeps,tune,postgres,peers

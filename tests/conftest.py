@@ -59,3 +59,26 @@ def advance(fed, state, rounds, each=None):
         if each is not None:
             each(state)
     return state
+
+
+@pytest.fixture(scope="session")
+def local_cluster():
+    """One scripts/local_cluster.sh cluster (PostgreSQL, an MLflow server on it, a Ray head and a
+    worker node) for every test that needs it; each test gets it whole (parts a test stopped are
+    started again) and it is torn down at the end of the session, whatever failed."""
+    from tests.clusterkit import LocalCluster, missing
+
+    reason = missing()
+    if reason is not None:
+        require_data(False, reason)
+    cluster = LocalCluster.up()
+    try:
+        yield cluster
+    finally:
+        cluster.down()
+
+
+@pytest.fixture
+def cluster(local_cluster):
+    local_cluster.restore()
+    return local_cluster

@@ -36,11 +36,11 @@ def compose_once(loader) -> None:
 
 
 def launch_batched(hydra_context, config, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
-                   max_batch: int = 0):
+                   max_batch: int = 0, ray: dict | None = None):
+    """Set every job up, then train the groups here, or with `ray` ({address, num_cpus, max_retries}) each
+    group as one Ray task on the cluster; Hydra gets each job's objective."""
     from hydra.core.utils import JobStatus, configure_log, filter_overrides, run_job, setup_globals
     from omegaconf import open_dict
-
-    from fedbench.runs.single import objective_value
 
     setup_globals()
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
@@ -63,19 +63,38 @@ def launch_batched(hydra_context, config, job_overrides: Sequence[Sequence[str]]
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     specs = [GroupJob(job.cfg, job.out, job.tags, job.label, job.log_file) for job in jobs]
     groups = split_groups(specs, max_batch)
-    print(f"fedbench: batched launcher: {len(jobs)} job(s) in {len(groups)} group(s)", flush=True)
+    where = f" as Ray tasks on {ray['address']}" if ray else ""
+    print(f"fedbench: batched launcher: {len(jobs)} job(s) in {len(groups)} group(s){where}", flush=True)
     for line in describe_groups(specs, groups):
         print(f"  {line}", flush=True)
-    for members in groups:
-        try:
-            results = run_group([specs[i] for i in members])
-        except KeyboardInterrupt:
-            interrupted(jobs[members[0]])
-        for i, result in zip(members, results):
-            ret, job = returns[i], jobs[i]
-            if isinstance(result, BaseException):
-                ret.return_value = job_failed(job, result)
-            else:
-                ret.return_value = objective_value(result, job.cfg)
-            ret.status = JobStatus.COMPLETED
+    grouped = [([jobs[i] for i in members], [specs[i] for i in members]) for members in groups]
+    values = on_ray(ray, grouped) if ray else [train_group(*group) for group in grouped]
+    for members, group_values in zip(groups, values):
+        for i, value in zip(members, group_values):
+            returns[i].return_value = value
+            returns[i].status = JobStatus.COMPLETED
     return returns
+
+
+def train_group(jobs: list[HydraJob], specs: list[GroupJob]) -> list[float]:
+    """Train one group (runs.batched.run_group); each job's objective, NaN for a failed one (reported, and
+    marked in its folder for the sweep's end)."""
+    from fedbench.runs.single import objective_value
+
+    try:
+        results = run_group(specs)
+    except KeyboardInterrupt:
+        interrupted(jobs[0])
+    return [job_failed(job, result) if isinstance(result, BaseException) else objective_value(result, job.cfg)
+            for job, result in zip(jobs, results)]
+
+
+def on_ray(ray_cfg: dict, grouped: list[tuple[list[HydraJob], list[GroupJob]]]) -> list[list[float]]:
+    """Each group as one Ray task (`num_cpus` each; retried `max_retries` times when its node dies, the jobs
+    then continuing from their checkpoints in their MLflow runs, as a relaunched sweep does)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=ray_cfg.get("address") or "auto", log_to_driver=True)
+    task = ray.remote(num_cpus=ray_cfg.get("num_cpus", 1), max_retries=int(ray_cfg.get("max_retries", 3)))(train_group)
+    return ray.get([task.remote(jobs, specs) for jobs, specs in grouped])

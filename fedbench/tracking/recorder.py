@@ -14,7 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from fedbench.core.errors import FedbenchError
 from fedbench.tracking.plots import plot_curves, setting_title
-from fedbench.tracking.store import StoreError, one_line, open_store, probe_server, resolve_tracking_uri
+from fedbench.tracking.store import (StoreError, bound_http_retries, one_attempt, one_line, open_store, probe_server,
+                                     resolve_tracking_uri)
 from fedbench.tracking.targets import format_rounds, rounds_to_target, target_key
 
 
@@ -78,6 +79,7 @@ def store_call(method):
         except FedbenchError:
             raise
         except Exception as exc:
+            self.store_failed = True
             raise StoreError(f"the MLflow store {self.uri} failed: {one_line(exc)}") from exc
 
     return wrapper
@@ -95,6 +97,8 @@ class Recorder:
         self._last_flush = time.monotonic()
         self.run_id: str | None = None
         self._skip_through = 0
+        self.store_failed = False  # a store call failed: later ones are tried once (store.one_attempt)
+        bound_http_retries(self.uri)
 
     def check_reachable(self) -> None:
         """Fail before training when the store cannot be reached (in seconds, not after retries)."""
@@ -245,6 +249,12 @@ class Recorder:
         be what failed (the original error is the one to report). Returns whether it was marked."""
         if self.run_id is None:
             return False
+        import contextlib
+
+        with one_attempt() if self.store_failed else contextlib.nullcontext():
+            return self._mark(round_, reason, status, quiet)
+
+    def _mark(self, round_: int, reason: str, status: str, quiet: bool) -> bool:
         try:
             self.flush()
         except Exception:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from contextlib import contextmanager
 from pathlib import Path
 
 from fedbench.core.errors import FedbenchError
@@ -71,6 +72,36 @@ def probe_server(uri: str, timeout: float = 5.0) -> None:
             f"cannot reach the MLflow tracking server {uri}: {exc.strerror or exc}. Start it "
             "(mlflow server --port ...) or use the local store (tracking.uri=null)"
         ) from None
+
+
+# MLflow's client retries a request its server refuses 7 times with exponential backoff, about 4
+# minutes a request, and a run that fails makes several: a run whose server died hung for many
+# minutes before its one-line error. Bounded here (the user's own MLFLOW_HTTP_* settings win): a
+# server restart of a few seconds is ridden out, a dead server ends the run within about 10 s.
+HTTP_RETRY_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+
+
+def bound_http_retries(uri: str) -> None:
+    """Bound MLflow's retries of a tracking server's requests (HTTP_RETRY_DEFAULTS)."""
+    if uri.startswith(("http://", "https://")):
+        for key, value in HTTP_RETRY_DEFAULTS.items():
+            os.environ.setdefault(key, value)
+
+
+@contextmanager
+def one_attempt():
+    """MLflow's requests without retries: marking a run FAILED after its server already failed
+    should not wait out the retries of every call again."""
+    key = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
+    before = os.environ.get(key)
+    os.environ[key] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
 
 
 # MLflow 3's UI opens an experiment of this kind on its runs table (not the GenAI overview).

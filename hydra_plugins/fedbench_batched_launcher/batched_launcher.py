@@ -11,9 +11,10 @@ from hydra.plugins.launcher import Launcher
 
 
 class BatchedLauncher(Launcher):
-    def __init__(self, max_batch: int = 0) -> None:
+    def __init__(self, max_batch: int = 0, ray=None) -> None:
         super().__init__()
         self.max_batch = int(max_batch)
+        self.ray = None if ray is None else dict(ray)  # {address, num_cpus, max_retries}: each group a Ray task
         self.config = self.hydra_context = self.task_function = None
 
     def setup(self, *, hydra_context, task_function, config) -> None:
@@ -25,4 +26,4 @@ class BatchedLauncher(Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from fedbench.runs.launch import launch_batched
 
-        return launch_batched(self.hydra_context, self.config, job_overrides, initial_job_idx, self.max_batch)
+        return launch_batched(self.hydra_context, self.config, job_overrides, initial_job_idx, self.max_batch, self.ray)

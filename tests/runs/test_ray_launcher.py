@@ -1,52 +1,24 @@
-"""Hydra's Ray launcher against a real Ray cluster: a head node started on 127.0.0.1, a 3 x 3
-sweep launched on it with `hydra/launcher=ray_cluster`, and every job found in MLflow."""
+"""Hydra's Ray launcher against a real Ray cluster (the shared local cluster of tests/conftest.py: a
+head and a worker node on 127.0.0.1), a 3 x 3 sweep launched on it with `hydra/launcher=ray_cluster`
+and recorded in a SQLite store on the shared folder, and every job found in MLflow."""
 
 from __future__ import annotations
 
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 
 from tests.faultkit import SMALL, env, runs
 
-pytest.importorskip("ray", reason="Ray is the `ray` extra (scripts/install_ray.sh)")
-pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="hydra-ray-launcher is the `ray` extra (scripts/install_ray.sh)")
-
-
-def _ray_command() -> str:
-    beside = Path(sys.executable).parent / "ray"
-    return str(beside) if beside.exists() else shutil.which("ray")
-
-
-@pytest.fixture(scope="module")
-def ray_head():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
-    start = [_ray_command(), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
-             "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}"]
-    started = subprocess.run(start, capture_output=True, text=True, timeout=300)
-    assert started.returncode == 0, started.stderr[-3000:]
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        subprocess.run([_ray_command(), "stop", "--force"], capture_output=True, timeout=300)
-        shutil.rmtree(temp, ignore_errors=True)
-
 
 @pytest.mark.slow
-def test_a_sweep_on_a_ray_cluster_lands_every_run_in_mlflow(ray_head, tmp_path):
+def test_a_sweep_on_a_ray_cluster_lands_every_run_in_mlflow(cluster, tmp_path):
     db = tmp_path / "m.db"
     cmd = [sys.executable, "-m", "fedbench.cli", "run", "-m", "hydra/launcher=ray_cluster",
            "algorithm=fedavg,fedsgd,fedprox", "seed=0,1,2", *SMALL, "rounds=3", f"tracking.uri=sqlite:///{db}",
            f"hydra.sweep.dir={tmp_path}/sweep"]
-    out = subprocess.run(cmd, cwd=tmp_path, env={**env(), "RAY_ADDRESS": ray_head}, capture_output=True, text=True,
+    out = subprocess.run(cmd, cwd=tmp_path, env={**env(), "RAY_ADDRESS": cluster.ray_address}, capture_output=True, text=True,
                          timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Ray Launcher is launching 9 jobs" in out.stderr + out.stdout

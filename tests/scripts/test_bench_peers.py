@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest.importorskip("flwr")
+from tests.conftest import require_data
+
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-if not Path("/usr/share/datasets/fashion-mnist").is_dir() and not os.environ.get("FEDBENCH_FMNIST_DIR"):
-    pytest.skip("Fashion-MNIST not found", allow_module_level=True)
+require_data(importlib.util.find_spec("flwr") is not None, "flwr is the `peers` extra (scripts/install_test_deps.sh)")
+require_data(Path("/usr/share/datasets/fashion-mnist").is_dir() or bool(os.environ.get("FEDBENCH_FMNIST_DIR")),
+             "Fashion-MNIST not found")
 
 sys.path.insert(0, str(SCRIPTS))
 spec = importlib.util.spec_from_file_location("bench_peers", SCRIPTS / "bench_peers.py")
@@ -32,7 +34,7 @@ def test_client_batches_are_the_engine_minibatches():
     fed, _ = bench.federation(TINY, 1)
     ids = bench.cohort(fed, 2)
     batches = bench.client_batches(fed, 2, ids)
-    work = LocalWork(fed.clients, torch.tensor(ids), 2, fed.eta_l, fed.batch_size, torch.ones(len(ids)), None)
+    work = LocalWork(fed.clients, torch.tensor(ids), 2, fed.eta_l, fed.batch_size, torch.ones(len(ids), dtype=torch.long), None)
     assert [len(b) for b in batches[0]] == [50, 10]
     for t in range(work.max_steps):
         batch = work.batch(t)
@@ -60,3 +62,20 @@ def test_round1_check_detects_another_minibatch_order(monkeypatch):
     monkeypatch.setattr(bench, "client_batches", lambda *a: [b[::-1] for b in original(*a)])
     seq = bench.run_seq(TINY, 1)
     assert float((fb["round1"] - seq["round1"]).abs().max()) > bench.ROUND1_TOL
+
+
+@pytest.fixture(scope="module")
+def sequential_two_rounds():
+    return bench.run_seq(TINY, 2)
+
+
+@pytest.mark.parametrize("framework", ["flower", "pfl"])
+def test_each_peer_and_the_sequential_loop_agree(framework, sequential_two_rounds):
+    """The benchmark's fairness checks hold for the peers themselves (flwr and pfl, the `peers`
+    extra): the same round-1 global model to 1e-4, the same accuracy after the last round."""
+    require_data(importlib.util.find_spec(framework.replace("flower", "flwr")) is not None,
+                 f"{framework} is the `peers` extra (scripts/install_test_deps.sh)")
+    peer, seq = bench.RUNNERS[framework](TINY, 2), sequential_two_rounds
+    assert float((peer["round1"] - seq["round1"]).abs().max()) <= bench.ROUND1_TOL
+    assert abs(peer["accuracy"] - seq["accuracy"]) <= bench.ACC_TOL
+    assert len(peer["round_times"]) == 2
