@@ -198,6 +198,8 @@ def register(rep: Reproduction) -> Reproduction:
                 problems.append(f"tune.by {scale.tune.by!r} is not a metric of the entry ({', '.join(sorted(metrics))})")
             if scale.tune.by is None and any(not any(m.is_rounds and m.applies(a.group) for m in rep.metrics) for a in tuned):
                 problems.append("a tuned group has no rounds-to-target to choose the winners by: set tune.by")
+            refs = {rep.reference} if isinstance(rep.reference, str) else set((rep.reference or {}).values())
+            problems += [f"{m} is left untuned but is not the entry's reference" for m in scale.tune.fixed if m not in refs]
             if problems:
                 raise ValueError(f"{rep.name} ({name}): equal tuning needs one grid per method, all of the same size; "
                                  + "; ".join(problems))

@@ -117,9 +117,14 @@ def test_every_tuned_catalog_scale_gives_every_method_a_grid_of_one_size():
     tuned = {(n, s): sc for n, rep in CATALOG.items() for s, sc in rep.scales.items() if sc.tune}
     assert {"fedadmm/table3", "losac/table2", "fedsso/fig6", "fedsso/fig7", "fedsso/fig8"} <= {n for n, _ in tuned}
     for (name, scale_name), scale in tuned.items():
-        sizes = {len(scale.tune.grid[a.method]) for a in scale.arms if scale.tune.applies(a.group)}
+        tuned_arms = [a for a in scale.arms if scale.tune.applies(a.group, a.method)]
+        sizes = {len(scale.tune.grid[a.method]) for a in tuned_arms}
         assert len(sizes) == 1, (name, scale_name, sizes)
-        assert len(scale.runs) == sum(len(scale.tune.grid[a.method]) if scale.tune.applies(a.group) else 1 for a in scale.arms)
+        assert len(scale.runs) == sum(len(scale.tune.grid[a.method]) if a in tuned_arms else 1 for a in scale.arms)
+        # a method left untuned is a reference the claims do not rank (a speed-up's denominator), never a competitor
+        for a in scale.arms:
+            if a.method in scale.tune.fixed:
+                assert a.method == CATALOG[name].reference, (name, scale_name, a.method)
     table3 = CATALOG["fedadmm/table3"].scales["ci"]
     assert {a.setting for a in table3.runs} == {"eta_l=0.01", "eta_l=0.1", "eta_l=0.2", "eta_l=0.5"}  # fedadmm.md A4
     assert {a.method for a in table3.arms} == {"FedSGD", "FedADMM", "FedAvg", "FedProx", "SCAFFOLD"}
