@@ -131,6 +131,14 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
     def on_failure(k: int, state, exc: DivergenceError) -> None:
         fail(k, exc)
 
+    def complete(k: int) -> None:
+        try:
+            sessions[k].save()
+            results[k] = sessions[k].finish()
+        except Exception as exc:
+            fail(k, exc)
+        sessions[k].state.tables.clear()  # SCAFFOLD's c_i, FedADMM's y_i: gigabytes a lane for a large model
+
     fed0 = built[0][0]
     tables = max(sum(math.prod(t.spec.shape) for t in sessions[k].state.tables.values()) for k in live)
     cap = auto_max_batch(cfgs[0], fed0.flat.dim, fed0.device, table_floats=tables,
@@ -147,6 +155,9 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
                 run_lanes([built[k][0] for k in batch], [sessions[k].state for k in batch],
                           lambda i, st, m: on_round(batch[i], st, m),
                           lambda i, st, exc: on_failure(batch[i], st, exc))
+                for k in batch:  # recorded now, and its client tables freed for the lanes of the next turn
+                    if k not in interrupted and results[k] is None:
+                        complete(k)
     except BaseException as exc:  # a bug or a second Ctrl-C: every unfinished lane ends with it
         for k in live:
             if results[k] is None:
@@ -158,11 +169,7 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
         if k in interrupted:
             fail(k, KeyboardInterrupt())
         elif results[k] is None:
-            try:
-                sessions[k].save()
-                results[k] = sessions[k].finish()
-            except Exception as exc:
-                fail(k, exc)
+            complete(k)
     if interrupted:
         raise KeyboardInterrupt
     return results  # type: ignore[return-value]

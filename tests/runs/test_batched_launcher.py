@@ -192,3 +192,35 @@ def test_the_automatic_cap_counts_every_clients_table_rows(monkeypatch):
     assert batched.auto_max_batch(cfg, dim, cpu, table_floats=dim) == 32 * 2**30 // (batched.lane_bytes(cfg, dim) + 4 * 1000 * dim) == 4
     # tables kept on the host while the lanes compute on an accelerator: each memory caps on its own
     assert batched.auto_max_batch(cfg, dim, torch.device("meta"), table_floats=dim, table_device=cpu) == 32 * 2**30 // (4 * 1000 * dim) == 5
+
+
+def test_lanes_that_train_in_turns_are_recorded_and_free_their_client_tables_before_the_next_turn(tmp_path, monkeypatch):
+    """Memory caps the lanes per turn; a finished turn's lanes must not keep their per-client tables (SCAFFOLD's
+    c_i: 6.6 GB a lane for CNN 1 at 1,000 clients) while the next turn trains."""
+    from fedbench.runs import batched, single
+
+    monkeypatch.setattr(batched, "auto_max_batch", lambda *args, **kwargs: 1)
+    finished, turns = [], []
+    finish = single.Job.finish
+
+    def counted_finish(self):
+        finished.append(self)
+        assert sum(len(t.rows) for t in self.state.tables.values()) > 0  # SCAFFOLD's c_i of the clients it saw
+        return finish(self)
+
+    run_lanes = batched.run_lanes
+
+    def turn(feds, states, *args):
+        turns.append((len(finished), [sum(len(t.rows) for t in s.tables.values()) for s in states]))
+        return run_lanes(feds, states, *args)
+
+    monkeypatch.setattr(single.Job, "finish", counted_finish)
+    monkeypatch.setattr(batched, "run_lanes", turn)
+    jobs = [batched.GroupJob(make_cfg("algorithm=scaffold", f"eta_l={lr}", "num_clients=6", "clients_per_round=3", "rounds=2",
+                                      "tracking.artifacts=false", f"tracking.uri=sqlite:///{tmp_path}/m.db"), tmp_path / str(i))
+            for i, lr in enumerate((0.05, 0.1, 0.2))]
+    results = batched.run_group(jobs, quiet=True)
+    assert all(isinstance(r, dict) for r in results), results
+    assert [done for done, _ in turns] == [0, 1, 2]  # each turn's lane recorded before the next turn starts
+    assert [turn_rows for _, turn_rows in turns] == [[0], [0], [0]]
+    assert all(not job.state.tables[name].rows for job in finished for name in job.state.tables)  # freed once recorded
