@@ -43,10 +43,11 @@ class ClientStateTable:
             self.rows[i] = v.detach().to(self.device, copy=True)
 
     # checkpointing
-    def state_dict(self) -> dict[str, Tensor]:
+    def state_dict(self) -> dict[str, Tensor | list[Tensor]]:
+        """The visited clients' rows as a list, not stacked: stacking would copy the whole table (6.6 GB for
+        CNN 1's y_i at 1,000 clients) at every checkpoint. Checkpoints with stacked values still load."""
         ids = sorted(self.rows)
-        values = torch.stack([self.rows[i] for i in ids]) if ids else torch.empty(0, *self.spec.shape)
-        return {"ids": torch.tensor(ids, dtype=torch.int64), "values": values.cpu()}
+        return {"ids": torch.tensor(ids, dtype=torch.int64), "values": [self.rows[i].cpu() for i in ids]}
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         self.rows = {int(i): v.to(self.device) for i, v in zip(state["ids"], state["values"])}

@@ -132,3 +132,17 @@ def test_client_chunk_choice():
     assert client_chunk(0, 100, 199_210, torch.float32, gpu, "vmap") == 100
     assert client_chunk(7, 100, 199_210, torch.float32, gpu, "vmap") == 7
     assert client_chunk(500, 100, 10, torch.float32, cpu, "vmap") == 100
+
+
+def test_client_tables_checkpoint_their_rows_without_a_stacked_copy_and_load_the_stacked_layout_too():
+    from fedbench.core.types import ClientStateSpec
+    from fedbench.engine.client_state import ClientStateTable
+
+    table = ClientStateTable(ClientStateSpec((3,), 0.0), torch.device("cpu"))
+    table.scatter([4, 1], torch.tensor([[1.0, 2, 3], [4, 5, 6]]))
+    saved = table.state_dict()
+    assert saved["values"][0].data_ptr() == table.rows[1].data_ptr()  # the row itself, no copy of the table
+    for layout in (saved, {"ids": saved["ids"], "values": torch.stack(saved["values"])}):  # stacked: older checkpoints
+        again = ClientStateTable(ClientStateSpec((3,), 0.0), torch.device("cpu"))
+        again.load_state_dict(layout)
+        assert torch.equal(again.gather([1, 4, 0], torch.device("cpu")), torch.tensor([[4.0, 5, 6], [1, 2, 3], [0, 0, 0]]))
