@@ -81,6 +81,7 @@ CASES: list[tuple[str, str]] = [
     ("targets=[0]", "targets[0] must be a finite number in (0, 1], got 0"),
     ("targets=[-0.2,0.9]", "targets[0] must be a finite number in (0, 1], got -0.2"),
     ("tracking.objective=rounds_to_0.5", "tracking.objective=rounds_to_0.5 names a target not in targets"),
+    ("stop_at_targets=true eval_every=0", "stop_at_targets=true needs targets to reach and a test evaluation"),
     # models that do not fit the data, data that is not there
     ("model=cnn dataset=synthetic partition=natural num_clients=30", "model 'cnn' does not fit data set 'synthetic'"),
     ("dataset=mnist data.root=/nonexistent/fedbench-data", "mnist not found: place train-images-idx3-ubyte[.gz]"),
