@@ -319,16 +319,24 @@ def first_to_target(text: str, ours: tuple[str, float], others: dict[str, float]
     return Claim(text, holds, detail)
 
 
+def unshown(text: str, values, detail: str) -> Claim | None:
+    """The failed claim of rounds-to-target comparisons with nothing to show: no value reached the target, or one
+    was not measured; None when the values can be compared."""
+    if not any(math.isfinite(v) for v in values):
+        return Claim(text, False, f"{NOT_SHOWN} ({detail})")
+    if any(math.isnan(v) for v in values):
+        return Claim(text, False, f"not shown: not measured ({detail})")
+    return None
+
+
 def rounds_decrease(text: str, chain: list[tuple[str, float]]) -> Claim:
     """Rounds-to-target that do not increase along `chain` (e.g. E = 1, 5, 10): every later entry is reached,
     no later than the one before it (or the one before it never reached the target)."""
     named = dict(chain)
     detail = numbers(named)
     values = [v for _, v in chain]
-    if not any(math.isfinite(v) for v in values):
-        return Claim(text, False, f"{NOT_SHOWN} ({detail})")
-    if any(math.isnan(v) for v in values):
-        return Claim(text, False, f"not shown: not measured ({detail})")
+    if (claim := unshown(text, values, detail)) is not None:
+        return claim
     holds = all(math.isfinite(b) and (math.isinf(a) or b <= a) for a, b in zip(values, values[1:]))
     return Claim(text, holds, detail)
 
@@ -339,10 +347,8 @@ def speedup_at_least(text: str, ours: tuple[str, float], reference: tuple[str, f
     (the speed-up is then a lower bound); an unreached `ours` never shows a speed-up."""
     (name, mine), (ref_name, ref) = ours, reference
     detail = numbers({name: mine, ref_name: ref})
-    if not (math.isfinite(mine) or math.isfinite(ref)):
-        return Claim(text, False, f"{NOT_SHOWN} ({detail})")
-    if math.isnan(mine) or math.isnan(ref):
-        return Claim(text, False, f"not shown: not measured ({detail})")
+    if (claim := unshown(text, (mine, ref), detail)) is not None:
+        return claim
     if math.isinf(mine) or mine <= 0:
         return Claim(text, False, detail)
     bound = min(ref, budget)
@@ -355,10 +361,8 @@ def reduction_at_least(text: str, ours: tuple[str, float], others: dict[str, flo
     unreached other counts as its round budget (the reduction is then a lower bound)."""
     name, mine = ours
     detail = numbers({name: mine, **others})
-    if not any(math.isfinite(v) for v in (mine, *others.values())):
-        return Claim(text, False, f"{NOT_SHOWN} ({detail})")
-    if any(math.isnan(v) for v in (mine, *others.values())):
-        return Claim(text, False, f"not shown: not measured ({detail})")
+    if (claim := unshown(text, (mine, *others.values()), detail)) is not None:
+        return claim
     if math.isinf(mine):
         return Claim(text, False, detail)
     best = min(min(v, budget) for v in others.values())

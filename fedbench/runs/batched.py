@@ -47,11 +47,14 @@ def group_key(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml({k: container.get(k) for k in SHARED_KEYS})
 
 
+def itemsize(cfg: DictConfig) -> int:
+    return 8 if str(cfg.engine.dtype) == "float64" else 4
+
+
 def lane_bytes(cfg: DictConfig, dim: int) -> int:
     """A lane's memory beyond the shared data: server state and the chunk rows of its cohort
     (parameters, gradients, an algorithm's few [s, d] temporaries), ~16 vectors per client."""
-    itemsize = 8 if str(cfg.engine.dtype) == "float64" else 4
-    return itemsize * dim * (16 + 16 * int(cfg.clients_per_round))
+    return itemsize(cfg) * dim * (16 + 16 * int(cfg.clients_per_round))
 
 
 def available_bytes(device: torch.device) -> int:
@@ -180,10 +183,9 @@ def auto_max_batch(cfg: DictConfig, dim: int, device: torch.device, fraction: fl
     """The lanes that fit in `fraction` of the free memory: each lane's chunk rows on `device`, and its per-client
     tables (`table_floats` per client, SCAFFOLD's c_i, FedADMM's y_i) on `table_device`, counted for every client
     since a long run visits them all (CNN 1's y_i for 1,000 clients: 6.6 GB a lane)."""
-    itemsize = 8 if str(cfg.engine.dtype) == "float64" else 4
     need = {device: lane_bytes(cfg, dim)}
     table_device = table_device or device
-    need[table_device] = need.get(table_device, 0) + itemsize * int(cfg.num_clients) * table_floats
+    need[table_device] = need.get(table_device, 0) + itemsize(cfg) * int(cfg.num_clients) * table_floats
     return max(1, min(int(fraction * available_bytes(d)) // max(1, b) for d, b in need.items()))
 
 

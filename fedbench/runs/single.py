@@ -20,7 +20,7 @@ from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.engine.loop import initial_state, run, warm_up
 from fedbench.core.errors import DivergenceError, FedbenchError
 from fedbench.tracking.store import StoreError, quiet_libraries
-from fedbench.tracking.targets import format_rounds
+from fedbench.tracking.targets import format_rounds, rounds_to_target
 
 CHECKPOINT_NAME = "checkpoint.pt"
 
@@ -133,10 +133,11 @@ class Job:
             if meta["config_hash"] != digest:
                 raise FedbenchError(f"{self.checkpoint} was written by a different config; refusing to resume")
             resumed_run_id = meta["run_id"]
-            done = recorder.finished_run(resumed_run_id) if self.state.round >= fed.rounds or self.reached() else None
+            at_targets = self.reached(self.state.history)
+            done = recorder.finished_run(resumed_run_id) if self.state.round >= fed.rounds or at_targets else None
             if done is not None:  # nothing left to train or record: never log targets or artifacts twice
                 say(f"MLflow run {resumed_run_id} already FINISHED "
-                    f"{'at its targets' if self.reached() else f'all {fed.rounds} rounds'}; nothing to resume")
+                    f"{'at its targets' if at_targets else f'all {fed.rounds} rounds'}; nothing to resume")
                 return recorder.summary_of(done)
             say(f"resuming MLflow run {resumed_run_id} from round {self.state.round} ({self.checkpoint})")
         self.run_id = recorder.start(
@@ -168,10 +169,9 @@ class Job:
         self.line_every = max(1, fed.rounds // 10)
         return None
 
-    def reached(self) -> bool:
-        """stop_at_targets and every target reached: the run is complete."""
-        accs = [h["test_accuracy"] for h in self.state.history if "test_accuracy" in h]
-        return bool(self.cfg.get("stop_at_targets")) and bool(accs) and max(accs) >= max(self.cfg.targets)
+    def reached(self, rows: list[dict[str, float]]) -> bool:
+        """stop_at_targets and every target reached in `rows` (rounds' metrics): the run is complete."""
+        return bool(self.cfg.get("stop_at_targets")) and rounds_to_target(rows, max(self.cfg.targets)) is not None
 
     def on_round(self, st, metrics) -> bool:
         """Record a round; checkpoint when due or asked to stop (then raise KeyboardInterrupt). False: the
@@ -191,7 +191,7 @@ class Job:
             save_checkpoint(self.checkpoint, st, self.run_id, self.digest)
         if stopping and st.round < rounds:
             raise KeyboardInterrupt
-        if st.round < rounds and self.reached():
+        if st.round < rounds and self.reached([metrics]):  # this round's: earlier ones stopped the run already
             self.say(f"every target reached at round {st.round}: stopped (stop_at_targets)")
             return False
         return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import tempfile
@@ -249,8 +250,6 @@ class Recorder:
         be what failed (the original error is the one to report). Returns whether it was marked."""
         if self.run_id is None:
             return False
-        import contextlib
-
         with one_attempt() if self.store_failed else contextlib.nullcontext():
             return self._mark(round_, reason, status, quiet)
 
