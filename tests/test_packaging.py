@@ -30,17 +30,20 @@ def test_the_wheel_carries_the_configs_and_runs_in_an_empty_folder(tmp_path):
     for pattern in ("config/conf/**/*.yaml", "reproduce/papers/**/*.csv"):
         shipped = {f"fedbench/{p.relative_to(ROOT / 'fedbench').as_posix()}" for p in (ROOT / "fedbench").glob(pattern)}
         assert shipped and shipped <= names, sorted(shipped - names)[:5]
+    import os
+
+    # the wheel's fedbench, not a checkout's: no step sees the caller's PYTHONPATH (under it, pip in the venv
+    # took the checkout's editable install for the wheel's)
+    alone = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     venv = tmp_path / "venv"  # torch and the rest come from this interpreter's site-packages
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300,
+                   env=alone)
     python = venv / "bin" / "python"
     install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
-                             capture_output=True, text=True, timeout=600)
+                             capture_output=True, text=True, timeout=600, env=alone)
     assert install.returncode == 0, install.stderr[-3000:]
     work = tmp_path / "empty"
     work.mkdir()
-    import os
-
-    alone = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the wheel's fedbench, not a checkout's
     where = subprocess.run([str(python), "-c", "import fedbench; print(fedbench.__file__)"], cwd=work,
                            capture_output=True, text=True, timeout=120, env=alone)
     assert where.stdout.strip().startswith(str(venv)), where.stdout

@@ -28,6 +28,17 @@ spec.loader.exec_module(bench)
 TINY = dict(model="mclr", num_clients=20, per_client=60, cohort=4)
 
 
+@pytest.fixture(autouse=True)
+def restore_the_environment():
+    """Flower's Ray simulation writes PYTHONPATH (with site-packages and the checkout) into os.environ:
+    later tests' subprocesses must not inherit it."""
+    environ, path = dict(os.environ), list(sys.path)
+    yield
+    os.environ.clear()
+    os.environ.update(environ)
+    sys.path[:] = path
+
+
 def test_client_batches_are_the_engine_minibatches():
     from fedbench.engine.local import LocalWork
 
