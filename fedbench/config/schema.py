@@ -54,7 +54,7 @@ class Data:
 @dataclass
 class Engine:
     device: str = spec("where the run computes", pattern=DEVICE, valid="auto, cpu, cuda[:k] or mps")
-    executor: Literal["vmap", "loop", "auto"] = spec("how client gradients are batched")
+    executor: Literal["vmap", "stacked", "loop", "auto"] = spec("how client gradients are batched")
     client_chunk: int = spec("clients trained at once (0 = auto)", ge=0)
     client_state_device: str = spec("where per-client state lives", pattern=DEVICE,
                                     valid="auto (= engine.device), cpu, cuda[:k] or mps")

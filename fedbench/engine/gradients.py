@@ -1,6 +1,8 @@
-"""Gradient oracles over a cohort: `vmap` (one batched program) and `loop` (client by client).
+"""Gradient oracles over a cohort: `vmap` (one batched program through torch.func), `stacked`
+(one batched program of plain autograd over the clients' stacked layers: fully connected models
+only) and `loop` (client by client).
 
-Both compute, for every client s in the chunk, grad_x sum_b w[s,b] * loss(model(x_s; xb[s,b]), yb[s,b])
+All compute, for every client s in the chunk, grad_x sum_b w[s,b] * loss(model(x_s; xb[s,b]), yb[s,b])
 with the same per-sample weights, so they agree to float rounding.
 """
 
@@ -14,10 +16,11 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.func import grad_and_value, vmap
 
-from fedbench.core.errors import unknown_choice
+from fedbench.core.errors import ConfigError, unknown_choice
 from fedbench.models.flat import FlatModel
+from fedbench.models.stacked import stacked_forward, why_not_stacked
 
-EXECUTORS = ("vmap", "loop")
+EXECUTORS = ("vmap", "stacked", "loop")
 
 
 def per_sample_loss(task: str, reduction: str = "none") -> Callable[[Tensor, Tensor], Tensor]:
@@ -70,6 +73,28 @@ def make_grad_fn(flat: FlatModel, task: str, executor: str, loop_below: int = 0,
             return flat.flatten(grads, X.shape[0]), loss
 
         return grad_vmap
+    if executor == "stacked":
+        try:
+            forward = stacked_forward(flat.module)
+        except ValueError as exc:
+            raise ConfigError(f"engine.executor=stacked runs fully connected models (Linear layers and elementwise "
+                              f"activations); this model's {exc}. Use vmap, loop or auto") from None
+        batched = batched or make_grad_fn(flat, task, "vmap")
+
+        def grad_stacked(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor | None) -> tuple[Tensor, Tensor]:
+            if torch._C._functorch.is_functorch_wrapped_tensor(X):
+                return batched(X, xb, yb, wb)
+            s, B = yb.shape[:2]
+            # leaves per parameter, not one for X: slicing X inside the graph would add a zero [s, d] per slice
+            params = [v.detach().requires_grad_() for v in flat.unflatten(X).values()]
+            with torch.enable_grad():
+                out = forward(params, xb)
+                losses = loss_of(out.reshape(s * B, *out.shape[2:]), yb.reshape(s * B, *yb.shape[2:])).view(s, B)
+                loss = losses.mean(1) if wb is None else (wb * losses).sum(1)
+                grads = torch.autograd.grad(loss.sum(), params)  # clients are independent: each row its own gradient
+            return torch.cat([g.reshape(s, -1) for g in grads], dim=1), loss.detach()
+
+        return grad_stacked
     if executor == "loop":
         # Plain autograd on a private copy of the module whose parameters are pointed at each
         # client's row in turn: the per-client loop of research code, without its state_dict copies.
@@ -115,8 +140,12 @@ def eval_batch_size(model_name: str, device: torch.device) -> int:
     return 128 if device.type == "cpu" and model_name.startswith(CONV_NETS) else 4096
 
 
-def auto_executor(model_name: str, device: torch.device) -> str:
-    """vmap on accelerators; on CPU, conv nets run near the FLOP peak already as a loop (DESIGN.md)."""
+def auto_executor(model_name: str, module: torch.nn.Module, device: torch.device) -> str:
+    """vmap on accelerators. On a CPU, conv nets run near the FLOP peak already as a loop (DESIGN.md);
+    fully connected models run stacked (a fraction of vmap's per-call cost: docs/engine.md), the
+    others vmap."""
     if device.type != "cpu":
         return "vmap"
-    return "loop" if model_name.startswith(CONV_NETS) else "vmap"
+    if model_name.startswith(CONV_NETS):
+        return "loop"
+    return "stacked" if why_not_stacked(module) is None else "vmap"

@@ -104,7 +104,7 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
     dataset = dataset.to(device)
     executor, loop_below = cfg.engine.executor, 0
     if executor == "auto":
-        executor = auto_executor(cfg.model.name, device)
+        executor = auto_executor(cfg.model.name, flat.module, device)
         loop_below = auto_loop_below(executor, device)
     grad_fn = make_grad_fn(flat, dataset.task, executor, loop_below)
     clients = ClientData.from_partition(

@@ -3,7 +3,8 @@ variant file of the algorithm group) runs with the run settings its config impos
 federation of unequal clients (float64, partial participation where allowed, minibatches), and
 
   (a) the vmap and loop executors give the same rounds (the loop as the research loop: one client
-      at a time, no grouping, no skipped rows),
+      at a time, no grouping, no skipped rows), and so does the stacked executor where the model is
+      fully connected (it refuses the others in one line),
   (b) the result does not depend on engine.client_chunk,
   (c) k rounds, a checkpoint, a resume and k more rounds give the 2k rounds run straight, bit for bit,
   (d) the floats sent down and up per round are what the method's paper says it sends (SENDS: the
@@ -36,6 +37,7 @@ from fedbench.config.validate import params_of, validate
 from fedbench.core.errors import ConfigError
 from fedbench.core.types import LocalExtras
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedbench.models.stacked import why_not_stacked
 from fedbench.engine.loop import Federation, RunState, initial_state, run, run_lanes
 from fedbench.runs.build import build_federation, build_lanes
 
@@ -176,6 +178,15 @@ def test_state_keeps_its_shapes_and_the_model_moves(case):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_vmap_and_loop_executors_agree(case):
     _assert_same(_run(_federation(case, "loop")), _reference(case), tol=1e-10)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_stacked_executor_agrees_where_the_model_is_fully_connected(case):
+    if why_not_stacked(_federation(case).flat.module) is not None:
+        with pytest.raises(ConfigError, match="^engine.executor=stacked runs fully connected models"):
+            _federation(case, "stacked")
+        return
+    _assert_same(_run(_federation(case, "stacked")), _reference(case), tol=1e-10)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -37,14 +37,17 @@ try:
     app({args!r})
 except SystemExit as exc:
     print("EXIT", exc.code)
-print("LOADED", sorted(m for m in ("mlflow", "sqlalchemy", "alembic", "pandas", "matplotlib") if m in sys.modules))
+print("LOADED", sorted(m for m in ("mlflow", "sqlalchemy", "alembic", "pandas", "matplotlib", "torch._dynamo", "sympy")
+                       if m in sys.modules))
 """
 
 
 def test_a_run_leaves_mlflow_pandas_and_matplotlib_to_its_writer(tmp_path):
+    """... and the default run (MCLR, `auto` -> stacked on a CPU) never imports torch._dynamo and sympy,
+    which torch.func's grad does (0.9 s)."""
     from tests.faultkit import SMALL, env, runs
 
-    args = ["run", *SMALL, "rounds=2", "tracking.artifacts=true", f"tracking.uri=sqlite:///{tmp_path}/m.db",
+    args = ["run", *SMALL, "engine.executor=auto", "engine.device=cpu", "rounds=2", "tracking.artifacts=true", f"tracking.uri=sqlite:///{tmp_path}/m.db",
             f"hydra.run.dir={tmp_path}/run"]
     proc = subprocess.run([sys.executable, "-c", RUN_PROBE.format(args=args)], capture_output=True, text=True,
                           timeout=300, cwd=tmp_path, env=env())

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fedbench.core.errors import ConfigError
 from fedbench.engine.gradients import make_grad_fn
 from fedbench.models import build_model
+from fedbench.models.stacked import why_not_stacked
 
 COUNTS = [  # (model, input shape, classes, kwargs, parameters stated in the spec)
     ("cnn1_fedadmm", (1, 28, 28), 10, {}, 1_663_370),  # fedadmm.md §4.2
@@ -71,6 +73,50 @@ def test_vmap_gradient_equals_loop(name, shape, classes, task, kwargs):
     # a gradient step lowers each client's own loss
     G3, l3 = make_grad_fn(flat, task, "vmap")(X - 1e-3 * G1 / G1.norm(dim=1, keepdim=True), xb, yb, wb)
     assert (l3 < l1).all()
+
+
+STACKED_CASES = [  # every fully connected model of the zoo, with each task and the layers it uses
+    ("mclr", (1, 7, 7), 10, "classification", {}),
+    ("mlp_2nn", (40,), 10, "classification", {"hidden": 16}),
+    ("fc_fedadmm", (1, 6, 6), 10, "classification", {"hidden": 12}),  # a Softmax output layer
+    ("linear", (9,), 1, "regression", {}),
+    ("linear", (9,), 1, "regression", {"bias": False}),  # bmm without a bias
+    ("logreg", (22,), 1, "binary", {"zero_init": False}),
+    ("mlp_sent140", (50,), 1, "binary", {"hidden": [16, 8]}),
+]
+
+
+@pytest.mark.parametrize("name,shape,classes,task,kwargs", STACKED_CASES)
+@pytest.mark.parametrize("weighted", [True, False])
+def test_stacked_gradient_equals_vmap(name, shape, classes, task, kwargs, weighted):
+    """Plain autograd over the clients' stacked layers (engine.executor=stacked) gives each client
+    its own gradient and loss, as vmap does: float64, to rounding."""
+    torch.manual_seed(0)
+    flat = build_model(name, shape, classes, **kwargs)
+    flat.module.double()
+    s, b = 4, 5
+    X = flat.initial_vector() + 0.1 * torch.randn(s, flat.dim, dtype=torch.float64)
+    xb = torch.randn(s, b, *shape, dtype=torch.float64)
+    yb = (torch.randint(0, classes, (s, b)) if task == "classification" else
+          torch.randint(0, 2, (s, b)).double() if task == "binary" else torch.randn(s, b, dtype=torch.float64))
+    wb = torch.rand(s, b, dtype=torch.float64) if weighted else None
+    G1, l1 = make_grad_fn(flat, task, "stacked")(X, xb, yb, wb)
+    G2, l2 = make_grad_fn(flat, task, "vmap")(X, xb, yb, wb)
+    assert G1.shape == (s, flat.dim) and (G1.abs().sum(1) > 0).all()
+    torch.testing.assert_close(G1, G2, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(l1, l2, rtol=1e-12, atol=1e-12)
+    # each row is its client's alone: a chunk of one gives the same row
+    G3, _ = make_grad_fn(flat, task, "stacked")(X[2:3], xb[2:3], yb[2:3], None if wb is None else wb[2:3])
+    torch.testing.assert_close(G3[0], G1[2], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name,shape,classes,task,kwargs", VMAP_CASES[:2])
+def test_the_stacked_executor_refuses_conv_nets_in_one_line(name, shape, classes, task, kwargs):
+    flat = build_model(name, shape, classes, **kwargs)
+    assert why_not_stacked(flat.module) == "layer 0 is Conv2d(" + repr(flat.module[0]).split("(", 1)[1]
+    with pytest.raises(ConfigError, match=r"^engine.executor=stacked runs fully connected models .* this model's "
+                                          r"layer 0 is Conv2d\(.*\)\. Use vmap, loop or auto$"):
+        make_grad_fn(flat, task, "stacked")
 
 
 def test_fedadmm_switches():
