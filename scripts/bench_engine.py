@@ -1,7 +1,8 @@
 """Engine speed, side by side in one run on the same workload:
 
   engine   fedbench's round (cohort sampling, minibatch streams, local SGD, aggregation),
-           with executor=vmap and executor=loop (and `auto`'s choice marked *)
+           with executor=vmap, executor=stacked (fully connected models) and executor=loop
+           (`auto`'s choice marked *)
   seq      a sequential per-client PyTorch loop as research code writes it (one nn.Module reused
            in place, autograd, torch.optim.SGD), same minibatches
   bare     a bare vmap'd training loop with no FL logic (batches pre-gathered)
@@ -13,9 +14,10 @@ Prints seconds per round (median over interleaved repeats) and the ratio engine(
 
 With --unequal: clients of unequal sizes, one local epoch each (from 1 to ~100 steps of B=20), Fashion-MNIST,
 100 clients, 10 per round, for every partition of conf/partition that applies to it, at its default and
-at strong skew. Columns: `auto` (the default: vmap, the loop for fewer than 5
-working clients), the executors with the engine's grouping of clients by step count (vmap, loop), `padded` (the engine before it: one chunk, every client computing its busiest neighbour's
-steps), the ratio auto / min(vmap, loop, padded), and the share of a round the evaluation of the 10,000
+at strong skew. Columns: `auto` (the default: stacked for fully connected models, the loop for conv nets),
+the executors with the engine's grouping of clients by step count (vmap, stacked, loop), `padded` (the
+engine before it: vmap in one chunk, every client computing its busiest neighbour's steps), the ratio
+auto / min(vmap, stacked, loop, padded), and the share of a round the evaluation of the 10,000
 test images adds to a round of the reference workload (bench_peers' mlp100: 10 clients x 5 steps of 50).
 
     python scripts/bench_engine.py --unequal [--models mclr,mlp_2nn,cnn] [--repeats 3]
@@ -34,6 +36,7 @@ from fedbench.config.compose import compose
 from fedbench.runs.build import build_federation
 from fedbench.engine.local import LocalWork
 from fedbench.engine.loop import initial_state, run_round
+from fedbench.models.stacked import why_not_stacked
 from fedbench.core.streams import sample_cohort
 
 
@@ -186,8 +189,8 @@ def unequal_table(models: list[str], repeats: int, only: list[str] | None = None
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; FMNIST, 100 clients, {cohort} per round, "
           f"1 epoch of B=20; s/round (median of {repeats}+ interleaved rounds)")
-    header = (f"{'model':<8} {'partition':<18} {'steps/client':>13} | {'auto':>8} {'vmap':>8} {'loop':>8} {'padded':>8} | "
-              f"{'auto/best':>9} {'padded/auto':>11}")
+    header = (f"{'model':<8} {'partition':<18} {'steps/client':>13} | {'auto':>8} {'vmap':>8} {'stacked':>8} {'loop':>8} "
+              f"{'padded':>8} | {'auto/best':>9} {'padded/auto':>11}")
     print(header)
     print("-" * len(header))
     for model in models:
@@ -201,12 +204,15 @@ def unequal_table(models: list[str], repeats: int, only: list[str] | None = None
                 "padded": unequal_federation(model, partition, "vmap", padded=True, cohort=cohort)[0],
             }
             fed = feds["auto"]
+            if why_not_stacked(fed.flat.module) is None:
+                feds["stacked"] = unequal_federation(model, partition, "stacked", cohort=cohort)[0]
             ids = torch.tensor(sample_cohort(fed.seed, 0, fed.clients.num_clients, fed.clients_per_round))
             steps = LocalWork(fed.clients, ids, 0, 0.05, 20, torch.ones_like(ids), None).steps.tolist()
             t = interleaved_medians({k: engine_round(f) for k, f in feds.items()}, repeats)
-            best = min(t["vmap"], t["loop"], t["padded"])
+            best = min(v for k, v in t.items() if k != "auto")
             shape = f"{min(steps)}-{max(steps)} ({len(work_groups(steps, fed.client_chunk, work_spread(fed.flat.dim)))}ch)"
-            print(f"{model:<8} {label:<18} {shape:>13} | {t['auto']:>8.3f} {t['vmap']:>8.3f} {t['loop']:>8.3f} "
+            stacked = f"{t['stacked']:>8.3f}" if "stacked" in t else f"{'-':>8}"
+            print(f"{model:<8} {label:<18} {shape:>13} | {t['auto']:>8.3f} {t['vmap']:>8.3f} {stacked} {t['loop']:>8.3f} "
                   f"{t['padded']:>8.3f} | {t['auto'] / best:>9.2f} {t['padded'] / t['auto']:>11.2f}", flush=True)
         fed, _ = federation(model, 10, 50, 5, "auto")  # the peer benchmark's reference workload
         print(f"{model:<8} evaluation of the 10,000 test images = {evaluation_share(fed, repeats):.0%} of a round of "
@@ -233,30 +239,29 @@ def main() -> None:
         unequal_table(args.models.split(","), args.repeats, [p for p in args.partitions.split(",") if p], args.cohort)
         return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, K={args.steps} local steps, s/round (median)")
-    header = f"{'model':<8} {'S':>4} {'B':>3} | {'eng-vmap':>9} {'eng-loop':>9} | {'seq':>9} {'bare':>9} | {'auto/best':>9} {'seq/auto':>8}"
+    header = (f"{'model':<8} {'S':>4} {'B':>3} | {'eng-vmap':>9} {'eng-stack':>9} {'eng-loop':>9} | {'seq':>9} {'bare':>9} | "
+              f"{'auto/best':>9} {'seq/auto':>8}")
     print(header)
     print("-" * len(header))
     for model in args.models.split(","):
         for S in map(int, args.cohorts.split(",")):
             for B in map(int, args.batches.split(",")):
-                fed_v, info_v = federation(model, S, B, args.steps, "vmap")
-                fed_l, _ = federation(model, S, B, args.steps, "loop")
+                fed_v, _ = federation(model, S, B, args.steps, "vmap")
+                rounds = {"vmap": engine_round(fed_v), "loop": engine_round(federation(model, S, B, args.steps, "loop")[0])}
+                if why_not_stacked(fed_v.flat.module) is None:
+                    rounds["stacked"] = engine_round(federation(model, S, B, args.steps, "stacked")[0])
                 _, info_a = federation(model, S, B, args.steps, "auto")
                 batches = CohortBatches(fed_v, args.steps)
                 t = interleaved_medians(
-                    {
-                        "vmap": engine_round(fed_v), "loop": engine_round(fed_l),
-                        "seq": sequential_round(fed_v, batches), "bare": bare_vmap_round(fed_v, batches),
-                    },
+                    {**rounds, "seq": sequential_round(fed_v, batches), "bare": bare_vmap_round(fed_v, batches)},
                     args.repeats,
                 )
-                t_v, t_l, t_seq, t_bare = t["vmap"], t["loop"], t["seq"], t["bare"]
-                t_auto = t_v if info_a.executor == "vmap" else t_l
-                best = min(t_seq, t_bare)
-                mark_v, mark_l = ("*", " ") if info_a.executor == "vmap" else (" ", "*")
+                t_auto, best = t[info_a.executor], min(t["seq"], t["bare"])
+                cells = " ".join(f"{t[k]:>8.4f}{'*' if k == info_a.executor else ' '}" if k in t else f"{'-':>8} "
+                                 for k in ("vmap", "stacked", "loop"))
                 print(
-                    f"{model:<8} {S:>4} {B:>3} | {t_v:>8.4f}{mark_v} {t_l:>8.4f}{mark_l} | {t_seq:>9.4f} {t_bare:>9.4f} | "
-                    f"{t_auto / best:>9.2f} {t_seq / t_auto:>8.2f}",
+                    f"{model:<8} {S:>4} {B:>3} | {cells} | {t['seq']:>9.4f} {t['bare']:>9.4f} | "
+                    f"{t_auto / best:>9.2f} {t['seq'] / t_auto:>8.2f}",
                     flush=True,
                 )
 

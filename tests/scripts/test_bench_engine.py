@@ -42,7 +42,7 @@ def test_interleaved_medians_times_every_variant():
 
 
 def test_unequal_table_variants_compute_the_same_round():
-    """bench_engine --unequal compares auto, vmap, loop and the padded engine on Dirichlet clients:
+    """bench_engine --unequal compares auto, vmap, stacked, loop and the padded engine on Dirichlet clients:
     the same round each, or the ratios compare different work."""
     from tests.conftest import require_data
     from fedbench.data.locations import fmnist_folder
@@ -51,7 +51,8 @@ def test_unequal_table_variants_compute_the_same_round():
     require_data(fmnist_folder() is not None, "Fashion-MNIST not installed")
     partition = ["partition=dirichlet", "partition.alpha=0.1"]
     feds = {name: bench_engine.unequal_federation("mclr", partition, executor, padded=name == "padded")[0]
-            for name, executor in (("auto", "auto"), ("vmap", "vmap"), ("loop", "loop"), ("padded", "vmap"))}
+            for name, executor in (("auto", "auto"), ("vmap", "vmap"), ("stacked", "stacked"), ("loop", "loop"),
+                                   ("padded", "vmap"))}
     assert not feds["padded"].group_by_work and feds["auto"].group_by_work
     rounds = {}
     for name, fed in feds.items():
@@ -59,5 +60,5 @@ def test_unequal_table_variants_compute_the_same_round():
         run_round(fed, state)
         rounds[name] = state.server["x"]
     assert (rounds["auto"] - feds["auto"].x0).abs().max() > 1e-3
-    for name in ("vmap", "loop", "padded"):
+    for name in ("vmap", "stacked", "loop", "padded"):
         assert torch.allclose(rounds[name], rounds["auto"], atol=1e-5), name
