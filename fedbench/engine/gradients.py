@@ -46,8 +46,9 @@ def make_grad_fn(flat: FlatModel, task: str, executor: str, loop_below: int = 0,
     """Returns f(X [s,d], xb [s,B,...], yb [s,B], wb [s,B] or None) -> (G [s,d], weighted loss [s]);
     wb = None means the plain minibatch mean (every weight 1/B), one fused reduction cheaper.
     With `loop_below`, a vmap executor hands calls on fewer rows to the loop (the last clients
-    still working in a round of unequal local work). The loop hands calls under a torch.func transform
-    (FedNL's Hessians: jvp of the gradient), where only vmap composes, to `batched` (made if not given)."""
+    still working in a round of unequal local work). The loop and stacked executors hand calls under a
+    torch.func transform (FedNL's Hessians: jvp of the gradient), where only vmap composes, to `batched`
+    (made if not given)."""
     if executor == "vmap" and loop_below > 0:
         batched = make_grad_fn(flat, task, "vmap")
         loop = make_grad_fn(flat, task, "loop", batched=batched)
@@ -79,11 +80,8 @@ def make_grad_fn(flat: FlatModel, task: str, executor: str, loop_below: int = 0,
         except ValueError as exc:
             raise ConfigError(f"engine.executor=stacked runs fully connected models (Linear layers and elementwise "
                               f"activations); this model's {exc}. Use vmap, loop or auto") from None
-        batched = batched or make_grad_fn(flat, task, "vmap")
 
         def grad_stacked(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor | None) -> tuple[Tensor, Tensor]:
-            if torch._C._functorch.is_functorch_wrapped_tensor(X):
-                return batched(X, xb, yb, wb)
             s, B = yb.shape[:2]
             # leaves per parameter, not one for X: slicing X inside the graph would add a zero [s, d] per slice
             params = [v.detach().requires_grad_() for v in flat.unflatten(X).values()]
@@ -94,17 +92,14 @@ def make_grad_fn(flat: FlatModel, task: str, executor: str, loop_below: int = 0,
                 grads = torch.autograd.grad(loss.sum(), params)  # clients are independent: each row its own gradient
             return torch.cat([g.reshape(s, -1) for g in grads], dim=1), loss.detach()
 
-        return grad_stacked
+        return outside_transforms(grad_stacked, batched or make_grad_fn(flat, task, "vmap"))
     if executor == "loop":
         # Plain autograd on a private copy of the module whose parameters are pointed at each
         # client's row in turn: the per-client loop of research code, without its state_dict copies.
         module = copy.deepcopy(flat.module)
         params = list(module.parameters())
-        batched = batched or make_grad_fn(flat, task, "vmap")
 
         def grad_loop(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor | None) -> tuple[Tensor, Tensor]:
-            if torch._C._functorch.is_functorch_wrapped_tensor(X):
-                return batched(X, xb, yb, wb)
             G = torch.empty_like(X)
             losses = X.new_empty(X.shape[0])
             for i in range(X.shape[0]):
@@ -120,8 +115,18 @@ def make_grad_fn(flat: FlatModel, task: str, executor: str, loop_below: int = 0,
                 losses[i] = loss.detach()
             return G, losses
 
-        return grad_loop
+        return outside_transforms(grad_loop, batched or make_grad_fn(flat, task, "vmap"))
     raise unknown_choice("engine.executor", executor, (*EXECUTORS, "auto"))
+
+
+def outside_transforms(plain: GradFn, batched: GradFn) -> GradFn:
+    """`plain` (plain autograd) for ordinary calls; `batched` (vmap) for calls under a torch.func
+    transform, which only vmap's gradient composes with."""
+
+    def grad(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor | None) -> tuple[Tensor, Tensor]:
+        return (batched if torch._C._functorch.is_functorch_wrapped_tensor(X) else plain)(X, xb, yb, wb)
+
+    return grad
 
 
 CONV_NETS = ("cnn", "lenet", "resnet")

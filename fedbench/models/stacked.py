@@ -31,43 +31,43 @@ _ELEMENTWISE: dict[type, Callable[[nn.Module], Callable[[Tensor], Tensor] | None
 
 def why_not_stacked(module: nn.Module) -> str | None:
     """None if `stacked_forward` can evaluate the module, else the reason."""
-    if not isinstance(module, nn.Sequential):
-        return f"{type(module).__name__} is not an nn.Sequential of layers"
-    for k, layer in enumerate(module):
-        if isinstance(layer, nn.Linear):
-            continue
-        if isinstance(layer, nn.Flatten) and k == 0 and layer.start_dim == 1 and layer.end_dim == -1:
-            continue
-        make = _ELEMENTWISE.get(type(layer))
-        if make is None or make(layer) is None:
-            return f"layer {k} is {layer!r}"
+    try:
+        stacked_forward(module)
+    except ValueError as exc:
+        return str(exc)
     return None
 
 
 def stacked_forward(module: nn.Module) -> Callable[[list[Tensor], Tensor], Tensor]:
     """f(params, x) -> outputs [s, B, out]: params are the module's parameters in order, each with a
-    leading client dimension s; x is [s, B, *input]. Raises ValueError for a module it cannot run."""
-    reason = why_not_stacked(module)
-    if reason is not None:
-        raise ValueError(reason)
-    steps: list[tuple[str, Callable[[Tensor], Tensor] | None]] = []
-    for layer in module:
+    leading client dimension s; x is [s, B, *input]. Raises ValueError, naming the layer, for a module
+    it cannot run."""
+    if not isinstance(module, nn.Sequential):
+        raise ValueError(f"{type(module).__name__} is not an nn.Sequential of layers")
+    steps: list[str | Callable[[Tensor], Tensor]] = []  # "linear" / "linear_bias", or an elementwise function
+    for k, layer in enumerate(module):
         if isinstance(layer, nn.Linear):
-            steps.append(("linear_bias" if layer.bias is not None else "linear", None))
-        elif not isinstance(layer, nn.Flatten):
-            steps.append(("elementwise", _ELEMENTWISE[type(layer)](layer)))
+            steps.append("linear_bias" if layer.bias is not None else "linear")
+            continue
+        if isinstance(layer, nn.Flatten) and k == 0 and layer.start_dim == 1 and layer.end_dim == -1:
+            continue
+        make = _ELEMENTWISE.get(type(layer))
+        fn = None if make is None else make(layer)
+        if fn is None:
+            raise ValueError(f"layer {k} is {layer!r}")
+        steps.append(fn)
 
     def forward(params: list[Tensor], x: Tensor) -> Tensor:
         h = x.flatten(2).transpose(1, 2)  # [s, in, B]
         p = iter(params)
-        for kind, fn in steps:
-            if kind == "linear_bias":
+        for step in steps:
+            if step == "linear_bias":
                 W, b = next(p), next(p)
                 h = torch.baddbmm(b.unsqueeze(2), W, h)
-            elif kind == "linear":
+            elif step == "linear":
                 h = torch.bmm(next(p), h)
             else:
-                h = fn(h)
+                h = step(h)
         return h.transpose(1, 2)  # [s, B, out]
 
     return forward
