@@ -86,3 +86,12 @@ def _not_in_config(directory: Path, overrides: list[str], key: str) -> None:
         return
     validate(cfg)
     raise ConfigError(f"{key} is not in this config (its group's file does not set it): add it with +{item}")
+
+
+def quoted_override(key: str, value: str) -> str:
+    """`key='value'` in Hydra's override grammar for any string (a path with `,`, `=`, brackets, spaces, quotes,
+    `${`): quoted, with a quote and `${` escaped and the backslashes before them (or at the end) doubled."""
+    import re
+
+    escape = {"'": "\\'", "${": "\\${", "": ""}
+    return f"{key}='" + re.sub(r"(\\*)('|\$\{|$)", lambda m: m.group(1) * 2 + escape[m.group(2)], value) + "'"

@@ -312,12 +312,10 @@ def save(rep: Reproduction, scale_name: str, runs, table, claims, out: Path, sta
 
 def log_comparison(rep: Reproduction, scale_name: str, files: list[Path], claims: list[Claim], stamp: str, uri: str) -> None:
     """A run named `<stamp>-comparison` in the reproduction's experiment carries the artifacts."""
-    from mlflow.tracking import MlflowClient
+    from fedbench.tracking.store import open_store
 
-    from fedbench.tracking.store import ensure_experiment
-
-    client = MlflowClient(uri)
-    run = client.create_run(ensure_experiment(client, rep.name, uri), run_name=f"{stamp}-comparison",
+    client, experiment_id = open_store(uri, rep.name)
+    run = client.create_run(experiment_id, run_name=f"{stamp}-comparison",
                             tags={"reproduction": rep.name, "scale": scale_name,
                                   "claims_hold": str(all(c.holds for c in claims)).lower()})
     for path in files:

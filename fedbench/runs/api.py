@@ -14,6 +14,7 @@ their run folder as from the command line.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -92,13 +93,11 @@ def run_composed(cfg, job: list[str], run_dir: Path, progress: bool = False, lab
     The overrides are recorded with the run and saved in run_dir/.hydra/overrides.yaml, as a
     `fedbench run` saves them, so that an interrupted run continues with `fedbench resume run_dir`.
     `label` prefixes its progress lines; `sweep` lets tracking.skip_finished skip a finished config."""
-    from omegaconf import OmegaConf
+    from fedbench.runs.single import run_job
 
-    from fedbench.runs.single import check_writable, run_job
-
-    check_writable(run_dir / ".hydra")
-    OmegaConf.save(OmegaConf.create(list(job)), run_dir / ".hydra" / "overrides.yaml")
-    summary = run_job(cfg, run_dir, quiet=not progress, tags={"overrides": " ".join(job)[:5000]}, sweep=sweep, label=label)
+    with owned([(run_dir, job)], sweep):
+        summary = run_job(cfg, run_dir, quiet=not progress, tags={"overrides": " ".join(job)[:5000]}, sweep=sweep,
+                          label=label)
     history = summary.pop("history", None)
     if history is None:  # a finished configuration skipped in a sweep: read its record back
         history = _history_from_mlflow(summary["tracking_uri"], summary["run_id"])
@@ -111,19 +110,14 @@ def run_batched(jobs: list[tuple[Any, list[str], Path, str]], progress: bool = F
     split and model train as lanes of one program (runs.batched, as hydra/launcher=batched); each is
     recorded and checkpointed as if run alone. Returns per job its RunResult or the exception it
     failed with (the others still run)."""
-    from omegaconf import OmegaConf
-
     from fedbench.runs.batched import GroupJob, run_group, split_groups
-    from fedbench.runs.single import check_writable
 
-    specs = []
-    for cfg, overrides, run_dir, label in jobs:
-        check_writable(run_dir / ".hydra")
-        OmegaConf.save(OmegaConf.create(list(overrides)), run_dir / ".hydra" / "overrides.yaml")
-        specs.append(GroupJob(cfg, run_dir, {"overrides": " ".join(overrides)[:5000]}, label))
+    specs = [GroupJob(cfg, run_dir, {"overrides": " ".join(overrides)[:5000]}, label)
+             for cfg, overrides, run_dir, label in jobs]
     out: list[RunResult | Exception] = [None] * len(jobs)  # type: ignore[list-item]
     for members in split_groups(specs, 0):
-        results = run_group([specs[i] for i in members], quiet=not progress, sweep=sweep)
+        with owned([(jobs[i][2], jobs[i][1]) for i in members], sweep):
+            results = run_group([specs[i] for i in members], quiet=not progress, sweep=sweep)
         for i, result in zip(members, results):
             if isinstance(result, BaseException):
                 out[i] = result
@@ -135,10 +129,35 @@ def run_batched(jobs: list[tuple[Any, list[str], Path, str]], progress: bool = F
     return out
 
 
-def _history_from_mlflow(uri: str, run_id: str) -> list[dict[str, float]]:
-    from mlflow.tracking import MlflowClient
+@contextmanager
+def owned(folders: list[tuple[Path, list[str]]], sweep: bool):
+    """Own each run folder (runs.ownership), then save its overrides in .hydra/overrides.yaml as `fedbench run`
+    does, so that `fedbench resume` continues the run; the folders are released when the runs end."""
+    from omegaconf import OmegaConf
 
-    client = MlflowClient(uri)
+    from fedbench.runs.ownership import claim, refuse_overwrite, release
+    from fedbench.runs.single import CHECKPOINT_NAME, check_writable
+
+    taken = []
+    try:
+        for run_dir, _ in folders:
+            claim(run_dir)
+            taken.append(run_dir)
+            if not sweep:  # a sweep's folder with a checkpoint continues its run (tracking.skip_finished)
+                refuse_overwrite(run_dir, CHECKPOINT_NAME)
+        for run_dir, job in folders:
+            check_writable(run_dir / ".hydra")
+            OmegaConf.save(OmegaConf.create(list(job)), run_dir / ".hydra" / "overrides.yaml")
+        yield
+    finally:
+        for run_dir in taken:
+            release(run_dir)
+
+
+def _history_from_mlflow(uri: str, run_id: str) -> list[dict[str, float]]:
+    from fedbench.tracking.store import store_client
+
+    client = store_client(uri)
     rows: dict[int, dict[str, float]] = {}
     for key in client.get_run(run_id).data.metrics:
         for m in client.get_metric_history(run_id, key):

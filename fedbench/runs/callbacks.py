@@ -11,16 +11,50 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 FAILED_MARKER = "FAILED"
 FAILURES: list[str] = []  # filled at the end of a multirun, read by cli.hydra_main
+CLAIMED: list[Path] = []  # the run or sweep folder this process owns until cli.hydra_main returns
+
+
+def own_folder(config: DictConfig, key: str, what: str, resume: bool = False) -> None:
+    """Own the run (or sweep) folder before Hydra writes its .hydra/ and log there (runs.ownership):
+    a second live writer, or a new run over another's checkpoint, ends here in one line (exit 2).
+    cli.hydra_main releases it when the command ends."""
+    from fedbench.core.errors import FedbenchError, report_error
+    from fedbench.runs.ownership import claim, refuse_overwrite
+    from fedbench.runs.single import CHECKPOINT_NAME
+
+    try:
+        folder = Path(str(OmegaConf.select(config, key)))
+    except Exception:  # an interpolation only a job resolves: its run claims the folder when it opens
+        return
+    try:
+        claim(folder, what)
+        CLAIMED.append(folder)
+        if not resume:
+            refuse_overwrite(folder, CHECKPOINT_NAME)
+    except FedbenchError as exc:
+        report_error(exc)
+        raise SystemExit(exc.exit_code) from None
+
+
+def release_folders() -> None:
+    from fedbench.runs.ownership import release
+
+    while CLAIMED:
+        release(CLAIMED.pop())
 
 
 class SweepCallback(Callback):
     """Registered in fedbench/config/conf/config.yaml under hydra.callbacks."""
 
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        own_folder(config, "hydra.run.dir", "run folder", resume=bool(config.get("resume")))
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        own_folder(config, "hydra.sweep.dir", "sweep folder", resume=True)  # a relaunch continues its jobs
         # One process creates the SQLite schema and the experiment, so that parallel jobs
         # do not race on MLflow's database migrations.
         from fedbench.tracking.store import open_store, probe_server, quiet_libraries, resolve_tracking_uri

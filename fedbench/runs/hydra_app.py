@@ -66,7 +66,22 @@ def current_job(cfg) -> HydraJob:
     if multirun:
         job.tags.update(sweep_dir=str(Path(hc.sweep.dir).resolve()), sweep_job=str(hc.job.num))
     (job.out / FAILED_MARKER).unlink(missing_ok=True)
+    record_config_dirs(job.out, hc)
     return job
+
+
+RECORD_NAME = "fedbench.yaml"  # in the run folder's .hydra/, beside Hydra's own files
+
+
+def record_config_dirs(out: Path, hc) -> None:
+    """The config folders this run composes from (FEDBENCH_CONF, --config-dir), for `fedbench resume`."""
+    from omegaconf import OmegaConf
+
+    conf = os.environ.get("FEDBENCH_CONF")
+    dirs = [s.path for s in hc.runtime.config_sources if s.provider == "command-line" and s.schema == "file"]
+    if hc.output_subdir is not None:
+        OmegaConf.save(OmegaConf.create({"fedbench_conf": str(Path(conf).absolute()) if conf else None,
+                                         "config_dirs": dirs}), out / str(hc.output_subdir) / RECORD_NAME)
 
 
 def _hydra_task(cfg) -> float:
@@ -84,8 +99,10 @@ def _hydra_task(cfg) -> float:
 
 
 def interrupted(job: HydraJob):
+    from fedbench.runs.ownership import shell_path
+
     print(f"error: interrupted; the checkpoint of the last whole round is in {job.out}; "
-          f"continue with: fedbench resume {job.out}", file=sys.stderr)
+          f"continue with: fedbench resume {shell_path(job.out)}", file=sys.stderr)
     raise SystemExit(130) from None
 
 
@@ -112,18 +129,11 @@ def job_failed(job: HydraJob, exc: Exception) -> float:
 
 
 def _discard_untrained(run_dir: Path) -> None:
-    """A run refused before its first round leaves no folder behind (only Hydra's own files were written)."""
-    import shutil
+    """A run refused before its first round leaves behind nothing it made (Hydra's .hydra/ and log, the
+    folder itself when it created it); what the folder held before stays (runs.ownership)."""
+    from fedbench.runs.ownership import discard_made
 
-    from fedbench.runs.single import CHECKPOINT_NAME
-
-    if not run_dir.is_dir() or (run_dir / CHECKPOINT_NAME).exists():
-        return
-    entries = list(run_dir.iterdir())
-    if all(e.name == ".hydra" or (e.suffix == ".log" and e.is_file()) for e in entries):  # never a user's files
-        for e in entries:
-            shutil.rmtree(e) if e.is_dir() else e.unlink()
-        run_dir.rmdir()
+    discard_made(run_dir)
 
 
 def hydra_main(argv: list[str]) -> int:
@@ -166,6 +176,7 @@ def hydra_main(argv: list[str]) -> int:
             sys.argv = saved
     finally:
         writer.discard()  # one no run took
+        sweep.release_folders()
     if sweep.FAILURES:
         print(f"{len(sweep.FAILURES)} job(s) failed:\n  " + "\n  ".join(sweep.FAILURES), file=sys.stderr)
         return 1

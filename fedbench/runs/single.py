@@ -19,6 +19,7 @@ from fedbench.runs.build import build_federation
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.engine.loop import initial_state, run, warm_up
 from fedbench.core.errors import DivergenceError, FedbenchError
+from fedbench.runs.ownership import shell_path
 from fedbench.tracking.store import StoreError, quiet_libraries
 from fedbench.tracking.targets import format_rounds, rounds_to_target
 
@@ -95,10 +96,34 @@ class Job:
         self.say = JobOutput(label, log_file, quiet)
         self.stop: GracefulInterrupt | None = None
         self.bar = None
+        self.claims: list[Path] = []  # the folders this run owns (runs.ownership) until it ends
 
     def open(self, fed, info, extra_tags: dict[str, str] | None = None) -> dict[str, Any] | None:
         """Prepare the record and the state to train from; returns the summary instead when there is
         nothing to train (a finished configuration skipped in a sweep, a finished run resumed)."""
+        from fedbench.runs.ownership import claim
+
+        claim(self.run_dir)  # one live writer per folder (runs.ownership), before any write
+        self.claims.append(self.run_dir)
+        try:
+            done = self._open(fed, info, extra_tags)
+        except BaseException:
+            self.release()
+            raise
+        if done is not None:
+            self.release()
+        return done
+
+    def release(self) -> None:
+        from fedbench.runs.ownership import release
+
+        for folder in self.claims:
+            release(folder)
+        self.claims = []
+
+    def _open(self, fed, info, extra_tags: dict[str, str] | None) -> dict[str, Any] | None:
+        from fedbench.runs.ownership import claim, refuse_overwrite
+
         cfg, run_dir, say, tags = self.cfg, self.run_dir, self.say, self.tags
         self.fed = fed
         if self.writer is None:
@@ -123,10 +148,16 @@ class Job:
                 say(f"skipped, this configuration FINISHED as MLflow run {previous.info.run_id} "
                     "(tracking.skip_finished=false runs it again)")
                 return recorder.summary_of(previous)
-            if previous is not None and (Path(previous.data.tags.get("run_dir", "")) / CHECKPOINT_NAME).is_file():
-                self.run_dir = run_dir = Path(previous.data.tags["run_dir"])  # continue where the interrupted job wrote
+            earlier = Path(previous.data.tags.get("run_dir", "")) if previous is not None else None
+            if earlier is not None and earlier.is_absolute() and earlier.is_dir() and earlier.resolve() != run_dir.resolve():
+                claim(earlier)  # its job may still be running (a sweep relaunched too soon)
+                self.claims.append(earlier)
+            if earlier is not None and (earlier / CHECKPOINT_NAME).is_file():
+                self.run_dir = run_dir = earlier  # continue where the interrupted job wrote
                 self.checkpoint = run_dir / CHECKPOINT_NAME
                 cfg = self.cfg = OmegaConf.merge(cfg, {"resume": True})
+        if not cfg.get("resume") and not self.sweep:
+            refuse_overwrite(run_dir, CHECKPOINT_NAME)
         resumed_run_id = None
         if cfg.get("resume") and self.checkpoint.exists():
             meta = load_checkpoint(self.checkpoint, self.state, fed.device)
@@ -203,7 +234,13 @@ class Job:
 
     def failed(self, exc: BaseException) -> None:
         """Mark the record and re-raise `exc` as the CLI reports it."""
-        recorder, state, run_dir = self.recorder, self.state, self.run_dir
+        try:
+            self._failed(exc)
+        finally:
+            self.release()
+
+    def _failed(self, exc: BaseException) -> None:
+        recorder, state, run_dir = self.recorder, self.state, shell_path(self.run_dir)
         self.close()
         if isinstance(exc, DivergenceError):
             recorder.fail(exc.round, exc.reason)
@@ -230,6 +267,12 @@ class Job:
 
     def finish(self) -> dict[str, Any]:
         """The record's summary (rounds-to-target, artifacts) and the run's, printed and returned."""
+        try:
+            return self._finish()
+        finally:
+            self.release()
+
+    def _finish(self) -> dict[str, Any]:
         self.close()
         state, cfg = self.state, self.cfg
         summary = self.recorder.finish(state.history, artifacts=bool(cfg.tracking.get("artifacts", True)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -145,12 +146,32 @@ class Recorder:
             },
         }
 
+    def check_live(self, run_id: str) -> None:
+        """A run (or its experiment) deleted in the store, whose folder remains: say so, and how to restore it
+        (MLflow's delete is soft until `mlflow gc`), before any training (exit 2)."""
+        from fedbench.core.errors import ConfigError
+
+        try:
+            run = self.client.get_run(run_id)
+        except Exception:
+            return  # not in this store at all: start() says which store to use
+        restore = f"MLFLOW_TRACKING_URI={shlex.quote(self.uri)} mlflow"
+        if run.info.lifecycle_stage == "deleted":
+            raise ConfigError(f"MLflow run {run_id}, which this checkpoint continues, was deleted in {self.uri}; "
+                              f"restore it with: {restore} runs restore --run-id {run_id}, then resume again")
+        experiment = self.client.get_experiment(run.info.experiment_id)
+        if experiment.lifecycle_stage == "deleted":
+            raise ConfigError(f"the MLflow experiment {experiment.name!r} of run {run_id}, which this checkpoint "
+                              f"continues, was deleted in {self.uri}; restore it with: {restore} experiments restore "
+                              f"--experiment-id {experiment.experiment_id}, then resume again")
+
     @store_call
     def start(self, tags: dict[str, str], run_id: str | None = None, logged_through: int = 0) -> str:
         from mlflow.entities import Param, RunTag
 
         if run_id is not None:  # resuming: skip the rounds already in the record
             self.run_id = run_id
+            self.check_live(run_id)
             try:
                 self.client.update_run(run_id, status="RUNNING")
                 logged = self.client.get_metric_history(run_id, "floats_up")
@@ -225,12 +246,15 @@ class Recorder:
         rounds = int(self.cfg.rounds)
         summary: dict[str, Any] = {"run_id": self.run_id, "status": status}
         targets = {}
+        # Idempotent: a run killed after this step's first writes and resumed comes here again. Tags and
+        # artifacts are overwritten in place; a metric would be appended, so one already logged is kept.
+        logged = self.client.get_run(self.run_id).data.metrics
         for t in self.cfg.get("targets") or []:
             reached = rounds_to_target(history, float(t))
             targets[float(t)] = reached
             key = target_key(float(t))
             self.set_tags({key: format_rounds(reached, rounds)})
-            if reached is not None:
+            if reached is not None and key not in logged:
                 self.client.log_batch(self.run_id, metrics=[Metric(key, reached, int(time.time() * 1000), 0)])
         summary["rounds_to_target"] = targets
         if artifacts and history:

@@ -24,16 +24,12 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
     """One row per FINISHED run: params (as strings), tags and the metrics a table needs."""
     import pandas as pd
 
-    from mlflow.tracking import MlflowClient
-
     from fedbench.core.errors import ConfigError
-    from fedbench.tracking.store import resolve_tracking_uri
-
-    from fedbench.tracking.store import one_line
+    from fedbench.tracking.store import one_line, resolve_tracking_uri, store_client
 
     store = resolve_tracking_uri(uri)
     try:
-        client = MlflowClient(store)
+        client = store_client(store)
         exp = client.get_experiment_by_name(experiment)
         names = [e.name for e in client.search_experiments()] if exp is None else []
     except Exception as exc:  # not an MLflow store, unreachable server

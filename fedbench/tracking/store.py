@@ -109,28 +109,53 @@ EXPERIMENT_KIND = "mlflow.experimentKind"
 EXPERIMENT_KIND_TAG = (EXPERIMENT_KIND, "custom_model_development")
 
 
-def open_store(uri: str, experiment: str):
-    """An MlflowClient on `uri` and the experiment's id (created if missing).
+def store_client(uri: str):
+    """An MlflowClient on `uri`, for every opener of a store (runs, report, plot, reproduce, the API).
 
-    A fresh SQLite store is created by MLflow's schema migrations on first use; processes that
-    start at once race on them and can leave the database unusable. The first use therefore
-    happens under a file lock beside the database, so any number of runs may start together."""
+    A fresh SQLite store is created by MLflow's schema migrations when a client first opens it;
+    processes that open it at once race on them and can leave the database unusable (or die at
+    start). Every opener therefore opens it under one file lock beside the database (store_lock),
+    so any number of runs, reports and plots may start together."""
     from mlflow.tracking import MlflowClient
 
-    if not uri.startswith("sqlite:///"):
-        client = MlflowClient(uri)
-        return client, ensure_experiment(client, experiment, uri)
+    with store_lock(uri):
+        return MlflowClient(uri)  # creates (or migrates) the store now
+
+
+@contextmanager
+def store_lock(uri: str, create: bool = False, timeout: float = 600):
+    """The lock of a SQLite store's creation and migration (a no-op for any other store); `create`
+    makes the store's folder (a run's store), else a missing folder is left for the opener to report."""
+    db = Path(uri.removeprefix("sqlite:///"))
+    if not uri.startswith("sqlite:///") or not (create or db.parent.is_dir()):
+        yield
+        return
     from filelock import FileLock
 
-    db = Path(uri.removeprefix("sqlite:///"))
     try:
-        db.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(db) + ".lock", timeout=600)
-        with lock:
-            client = MlflowClient(uri)
-            return client, ensure_experiment(client, experiment, uri)
+        if create:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(db) + ".lock", timeout=timeout)
+        lock.acquire()
     except OSError as exc:
+        if not create:  # a store on a read-only folder: read without the lock (nothing here migrates it)
+            yield
+            return
         raise FedbenchError(f"cannot use the MLflow tracking store {uri}: {exc.strerror or exc}") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def open_store(uri: str, experiment: str):
+    """An MlflowClient on `uri` and the experiment's id (created if missing, under store_lock: two
+    jobs of a sweep may create it at once)."""
+    from mlflow.tracking import MlflowClient
+
+    with store_lock(uri, create=True):
+        client = MlflowClient(uri)
+        return client, ensure_experiment(client, experiment, uri)
 
 
 def ensure_experiment(client, name: str, uri: str) -> str:
