@@ -135,8 +135,8 @@ def owned(folders: list[tuple[Path, list[str]]], sweep: bool):
     does, so that `fedbench resume` continues the run; the folders are released when the runs end."""
     from omegaconf import OmegaConf
 
-    from fedbench.runs.ownership import claim, refuse_overwrite, release
-    from fedbench.runs.single import CHECKPOINT_NAME, check_writable
+    from fedbench.runs.ownership import claim, discard_made, refuse_overwrite, release
+    from fedbench.runs.single import check_writable
 
     taken = []
     try:
@@ -144,7 +144,12 @@ def owned(folders: list[tuple[Path, list[str]]], sweep: bool):
             claim(run_dir)
             taken.append(run_dir)
             if not sweep:  # a sweep's folder with a checkpoint continues its run (tracking.skip_finished)
-                refuse_overwrite(run_dir, CHECKPOINT_NAME)
+                refuse_overwrite(run_dir)
+    except BaseException:  # refused before any write: what the claims made goes again
+        for run_dir in taken:
+            discard_made(run_dir)
+        raise
+    try:
         for run_dir, job in folders:
             check_writable(run_dir / ".hydra")
             OmegaConf.save(OmegaConf.create(list(job)), run_dir / ".hydra" / "overrides.yaml")

@@ -24,7 +24,6 @@ def own_folder(config: DictConfig, key: str, what: str, resume: bool = False) ->
     cli.hydra_main releases it when the command ends."""
     from fedbench.core.errors import FedbenchError, report_error
     from fedbench.runs.ownership import claim, refuse_overwrite
-    from fedbench.runs.single import CHECKPOINT_NAME
 
     try:
         folder = Path(str(OmegaConf.select(config, key)))
@@ -34,7 +33,7 @@ def own_folder(config: DictConfig, key: str, what: str, resume: bool = False) ->
         claim(folder, what)
         CLAIMED.append(folder)
         if not resume:
-            refuse_overwrite(folder, CHECKPOINT_NAME)
+            refuse_overwrite(folder)
     except FedbenchError as exc:
         report_error(exc)
         raise SystemExit(exc.exit_code) from None
@@ -51,10 +50,10 @@ class SweepCallback(Callback):
     """Registered in fedbench/config/conf/config.yaml under hydra.callbacks."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        own_folder(config, "hydra.run.dir", "run folder", resume=bool(config.get("resume")))
+        own_folder(config, "hydra.run.dir", "run directory", resume=bool(config.get("resume")))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        own_folder(config, "hydra.sweep.dir", "sweep folder", resume=True)  # a relaunch continues its jobs
+        own_folder(config, "hydra.sweep.dir", "sweep directory", resume=True)  # a relaunch continues its jobs
         # One process creates the SQLite schema and the experiment, so that parallel jobs
         # do not race on MLflow's database migrations.
         from fedbench.tracking.store import open_store, probe_server, quiet_libraries, resolve_tracking_uri

@@ -25,6 +25,7 @@ from pathlib import Path
 from fedbench.core.errors import FedbenchError
 
 LOCK_NAME = ".fedbench.lock"
+CHECKPOINT_NAME = "checkpoint.pt"  # what `fedbench resume` continues from (engine.checkpoint writes it)
 
 
 class FolderBusy(FedbenchError):
@@ -86,6 +87,21 @@ def owner_of(folder: Path) -> str | None:
     return None
 
 
+def busy(folder: Path, what: str, owner: str) -> FolderBusy:
+    return FolderBusy(f"the {what} {folder} is in use by {owner}; wait for it to end or stop it "
+                      "(one live writer per run folder)")
+
+
+def check_free(folder: Path, what: str = "run directory", resume: bool = True) -> None:
+    """Name the folder's live owner (or, for a new run, the checkpoint it would overwrite) before any work;
+    the atomic claim is taken when the run starts."""
+    owner = owner_of(folder)
+    if owner is not None:
+        raise busy(folder, what, owner)
+    if not resume:
+        refuse_overwrite(folder)
+
+
 def _describe(lock: Path) -> str:
     try:
         fields = dict(line.split("=", 1) for line in lock.read_text().splitlines() if "=" in line)
@@ -95,7 +111,7 @@ def _describe(lock: Path) -> str:
             f"(since {fields.get('started', '?')})")
 
 
-def claim(folder: Path, what: str = "run folder") -> Claim:
+def claim(folder: Path, what: str = "run directory") -> Claim:
     """Own `folder` (creating it), or raise FolderBusy naming its live owner."""
     key = _key(folder)
     held = _HELD.get(key)
@@ -112,8 +128,7 @@ def claim(folder: Path, what: str = "run folder") -> Claim:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
-                raise FolderBusy(f"the {what} {folder} is in use by {_describe(path)}; wait for it to end or "
-                                 "stop it (one live writer per run folder)") from None
+                raise busy(folder, what, _describe(path)) from None
             try:  # the owner we waited for may have removed the file it held: lock the one now there
                 same = os.path.samestat(os.fstat(fd), os.stat(path))
             except FileNotFoundError:
@@ -126,7 +141,7 @@ def claim(folder: Path, what: str = "run folder") -> Claim:
         os.write(fd, f"pid={os.getpid()}\nhost={socket.gethostname()}\nstarted={started}\n"
                      f"command={' '.join(sys.argv)[:500]}\n".encode())
     except OSError as exc:
-        raise FedbenchError(f"cannot create the {what} {folder}: {exc.strerror or exc}") from None
+        raise FedbenchError(f"cannot write to the {what} {folder}: {exc.strerror or exc}") from None
     held = _HELD[key] = Claim(key, fd, before, made)
     return held
 
@@ -178,9 +193,9 @@ def discard_made(folder: Path) -> None:
             break
 
 
-def refuse_overwrite(folder: Path, checkpoint_name: str) -> None:
+def refuse_overwrite(folder: Path) -> None:
     """A new run into a folder that holds a run's checkpoint would overwrite what resume continues from."""
-    checkpoint = Path(folder) / checkpoint_name
+    checkpoint = Path(folder) / CHECKPOINT_NAME
     if checkpoint.is_file():
         raise FolderTaken(f"{folder} holds the checkpoint of an earlier run ({checkpoint}); continue it with: "
                           f"fedbench resume {shell_path(folder)}, or give the new run a folder of its own "

@@ -19,11 +19,9 @@ from fedbench.runs.build import build_federation
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.engine.loop import initial_state, run, warm_up
 from fedbench.core.errors import DivergenceError, FedbenchError
-from fedbench.runs.ownership import shell_path
+from fedbench.runs.ownership import CHECKPOINT_NAME, shell_path  # CHECKPOINT_NAME: where resume continues from
 from fedbench.tracking.store import StoreError, quiet_libraries
 from fedbench.tracking.targets import format_rounds, rounds_to_target
-
-CHECKPOINT_NAME = "checkpoint.pt"
 
 
 def config_hash(cfg: DictConfig) -> str:
@@ -101,10 +99,6 @@ class Job:
     def open(self, fed, info, extra_tags: dict[str, str] | None = None) -> dict[str, Any] | None:
         """Prepare the record and the state to train from; returns the summary instead when there is
         nothing to train (a finished configuration skipped in a sweep, a finished run resumed)."""
-        from fedbench.runs.ownership import claim
-
-        claim(self.run_dir)  # one live writer per folder (runs.ownership), before any write
-        self.claims.append(self.run_dir)
         try:
             done = self._open(fed, info, extra_tags)
         except BaseException:
@@ -136,6 +130,8 @@ class Job:
             recorder = RemoteRecorder(self.writer, cfg)
         self.recorder = recorder
         recorder.check_reachable()
+        claim(run_dir)  # one live writer per folder (runs.ownership), before the run writes there
+        self.claims.append(run_dir)
         check_writable(run_dir)
         self.state = initial_state(fed)
         if self.writer is not None and not cfg.get("resume") and self.state.round < fed.rounds:
@@ -157,7 +153,7 @@ class Job:
                 self.checkpoint = run_dir / CHECKPOINT_NAME
                 cfg = self.cfg = OmegaConf.merge(cfg, {"resume": True})
         if not cfg.get("resume") and not self.sweep:
-            refuse_overwrite(run_dir, CHECKPOINT_NAME)
+            refuse_overwrite(run_dir)
         resumed_run_id = None
         if cfg.get("resume") and self.checkpoint.exists():
             meta = load_checkpoint(self.checkpoint, self.state, fed.device)

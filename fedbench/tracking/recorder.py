@@ -156,14 +156,14 @@ class Recorder:
         except Exception:
             return  # not in this store at all: start() says which store to use
         restore = f"MLFLOW_TRACKING_URI={shlex.quote(self.uri)} mlflow"
-        if run.info.lifecycle_stage == "deleted":
-            raise ConfigError(f"MLflow run {run_id}, which this checkpoint continues, was deleted in {self.uri}; "
-                              f"restore it with: {restore} runs restore --run-id {run_id}, then resume again")
         experiment = self.client.get_experiment(run.info.experiment_id)
-        if experiment.lifecycle_stage == "deleted":
+        if experiment.lifecycle_stage == "deleted":  # its runs were deleted with it, and come back with it
             raise ConfigError(f"the MLflow experiment {experiment.name!r} of run {run_id}, which this checkpoint "
                               f"continues, was deleted in {self.uri}; restore it with: {restore} experiments restore "
                               f"--experiment-id {experiment.experiment_id}, then resume again")
+        if run.info.lifecycle_stage == "deleted":
+            raise ConfigError(f"MLflow run {run_id}, which this checkpoint continues, was deleted in {self.uri}; "
+                              f"restore it with: {restore} runs restore --run-id {run_id}, then resume again")
 
     @store_call
     def start(self, tags: dict[str, str], run_id: str | None = None, logged_through: int = 0) -> str:
