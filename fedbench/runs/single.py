@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import signal
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ from fedbench.runs.build import build_federation
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.engine.loop import initial_state, run, warm_up
 from fedbench.core.errors import DivergenceError, FedbenchError
+from fedbench.runs.interrupts import GracefulInterrupt, describe, signal_of
 from fedbench.tracking.store import StoreError, quiet_libraries
 from fedbench.tracking.targets import format_rounds, rounds_to_target
 
@@ -70,7 +69,10 @@ def _run_job(cfg: DictConfig, run_dir: Path, quiet: bool, tags: dict[str, str] |
         torch.set_num_threads(int(cfg.engine.threads))
     fed, info = build_federation(cfg)  # every config and data error surfaces here, before MLflow
     job = Job(cfg, run_dir, quiet, tags, sweep, label, log_file, writer)
-    done = job.open(fed, info)
+    try:
+        done = job.open(fed, info)
+    except KeyboardInterrupt as exc:  # before round 1: the record, if started, says so
+        job.failed(exc)
     if done is not None:
         return done
     try:
@@ -95,6 +97,7 @@ class Job:
         self.say = JobOutput(label, log_file, quiet)
         self.stop: GracefulInterrupt | None = None
         self.bar = None
+        self.recorder = None  # until open() makes it
 
     def open(self, fed, info, extra_tags: dict[str, str] | None = None) -> dict[str, Any] | None:
         """Prepare the record and the state to train from; returns the summary instead when there is
@@ -190,7 +193,7 @@ class Job:
             self.recorder.flush()
             save_checkpoint(self.checkpoint, st, self.run_id, self.digest)
         if stopping and st.round < rounds:
-            raise KeyboardInterrupt
+            raise self.stop.interrupt()
         if st.round < rounds and self.reached([metrics]):  # this round's: earlier ones stopped the run already
             self.say(f"every target reached at round {st.round}: stopped (stop_at_targets)")
             return False
@@ -203,13 +206,17 @@ class Job:
 
     def failed(self, exc: BaseException) -> None:
         """Mark the record and re-raise `exc` as the CLI reports it."""
-        recorder, state, run_dir = self.recorder, self.state, self.run_dir
+        recorder, state, run_dir = self.recorder, getattr(self, "state", None), self.run_dir
         self.close()
         if isinstance(exc, DivergenceError):
             recorder.fail(exc.round, exc.reason)
             raise exc
         if isinstance(exc, KeyboardInterrupt):
-            recorder.fail(state.round, f"interrupted (Ctrl-C); continue with: fedbench resume {run_dir}", status="KILLED")
+            if recorder is not None:
+                recorder.fail(state.round if state is not None else 0, f"interrupted ({describe(signal_of(exc))}); {next_step(run_dir)}",
+                              status="KILLED")
+            raise exc
+        if recorder is None:
             raise exc
         if isinstance(exc, StoreError):  # the record cannot be written: the periodic checkpoint matches what it holds
             marked = recorder.fail(state.round, str(exc), quiet=True)
@@ -259,32 +266,11 @@ def objective_value(summary: dict[str, Any], cfg: DictConfig) -> float:
     return float("nan") if value is None else float(value)
 
 
-class GracefulInterrupt:
-    """The first Ctrl-C (SIGINT) ends the run after the current round, with a checkpoint of it;
-    a second one stops at once (the last periodic checkpoint stays). A round interrupted half-way
-    would leave client state half-updated, so checkpoints are only taken between rounds."""
-
-    def __init__(self, quiet: bool):
-        self.quiet = quiet
-        self.requested = False
-        self._previous = None
-
-    def _handler(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        if not self.quiet:
-            print("\nfedbench: interrupted; saving a checkpoint after this round (Ctrl-C again to stop now)",
-                  file=sys.stderr)
-
-    def __enter__(self) -> GracefulInterrupt:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+def next_step(run_dir: Path) -> str:
+    """What to do after an interrupt: resume from the checkpoint, or, with none yet, start again."""
+    if (run_dir / CHECKPOINT_NAME).is_file():
+        return f"the checkpoint of the last whole round is in {run_dir}; continue with: fedbench resume {run_dir}"
+    return "nothing was checkpointed (it stopped before its first checkpoint); start the run again"
 
 
 def check_writable(folder: Path) -> None:
