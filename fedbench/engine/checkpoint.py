@@ -49,12 +49,36 @@ def save_checkpoint(path: Path, state: RunState, run_id: str | None, config_hash
     _write_atomically(path, payload)
 
 
+class _Writes:
+    """A file for torch.save that keeps the OSError of a failed write: torch reports it as its own
+    error (a RuntimeError in some versions), and the errno (a full disk) is what the user needs."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def _write_atomically(path: Path, payload: dict) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX, suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide the checkpoint from the user's group
         with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
+            writes = _Writes(f)
+            try:
+                torch.save(payload, writes)
+            except Exception as exc:
+                if writes.error is not None and writes.error is not exc:
+                    raise writes.error from None
+                raise
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)  # atomic: a reader sees the old or the new checkpoint, never half

@@ -16,7 +16,7 @@ from fedbench.config.validate import written_out
 from fedbench.runs.build import build_federation
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.engine.loop import initial_state, run, warm_up
-from fedbench.core.errors import DivergenceError, FedbenchError
+from fedbench.core.errors import DivergenceError, FedbenchError, write_failure
 from fedbench.runs.interrupts import GracefulInterrupt, describe, signal_of
 from fedbench.tracking.store import StoreError, quiet_libraries
 from fedbench.tracking.targets import format_rounds, rounds_to_target
@@ -98,6 +98,7 @@ class Job:
         self.stop: GracefulInterrupt | None = None
         self.bar = None
         self.recorder = None  # until open() makes it
+        self.saved_round: int | None = None  # the round of the checkpoint on disk, once one is known
 
     def open(self, fed, info, extra_tags: dict[str, str] | None = None) -> dict[str, Any] | None:
         """Prepare the record and the state to train from; returns the summary instead when there is
@@ -133,6 +134,7 @@ class Job:
         resumed_run_id = None
         if cfg.get("resume") and self.checkpoint.exists():
             meta = load_checkpoint(self.checkpoint, self.state, fed.device)
+            self.saved_round = self.state.round
             if meta["config_hash"] != digest:
                 raise FedbenchError(f"{self.checkpoint} was written by a different config; refusing to resume")
             resumed_run_id = meta["run_id"]
@@ -192,6 +194,7 @@ class Job:
         if (self.every and st.round % self.every == 0 and st.round < rounds) or stopping:
             self.recorder.flush()
             save_checkpoint(self.checkpoint, st, self.run_id, self.digest)
+            self.saved_round = st.round
         if stopping and st.round < rounds:
             raise self.stop.interrupt()
         if st.round < rounds and self.reached([metrics]):  # this round's: earlier ones stopped the run already
@@ -203,6 +206,7 @@ class Job:
         """The final checkpoint, after the record: the checkpoint never claims rounds the record lacks."""
         self.recorder.flush()
         save_checkpoint(self.checkpoint, self.state, self.run_id, self.digest)
+        self.saved_round = self.state.round
 
     def failed(self, exc: BaseException) -> None:
         """Mark the record and re-raise `exc` as the CLI reports it."""
@@ -224,9 +228,9 @@ class Job:
                              f"{'' if marked else ' (its MLflow run could not be marked FAILED and stays RUNNING)'}; "
                              f"continue from the last checkpoint with: fedbench resume {run_dir}") from None
         if isinstance(exc, OSError):  # disk full, unwritable folder: the run record says why, no half file is left
-            recorder.fail(state.round, f"{exc.__class__.__name__}: {exc}")
-            raise FedbenchError(f"I/O error at round {state.round}: {exc}; the last complete checkpoint is kept "
-                                f"in {run_dir}") from None
+            why = write_failure(exc, Path(exc.filename).parent if getattr(exc, "filename", None) else run_dir)
+            recorder.fail(state.round, f"{why} ({exc.__class__.__name__}: {exc})")
+            raise FedbenchError(f"{why}: the run stopped at round {state.round}; {kept(run_dir, self.saved_round)}") from None
         recorder.fail(state.round, f"{exc.__class__.__name__}: {exc}")
         raise exc
 
@@ -271,6 +275,13 @@ def next_step(run_dir: Path) -> str:
     if (run_dir / CHECKPOINT_NAME).is_file():
         return f"the checkpoint of the last whole round is in {run_dir}; continue with: fedbench resume {run_dir}"
     return "nothing was checkpointed (it stopped before its first checkpoint); start the run again"
+
+
+def kept(run_dir: Path, saved_round: int | None) -> str:
+    """After a failed write: the checkpoint kept (a round's, whole), and how to continue from it."""
+    if saved_round is None:
+        return "nothing was checkpointed; free some space and start the run again"
+    return f"the checkpoint of round {saved_round} is kept; free some space and continue with: fedbench resume {run_dir}"
 
 
 def check_writable(folder: Path) -> None:
