@@ -16,7 +16,7 @@ from fedbench.config.validate import written_out
 from fedbench.runs.build import build_federation
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.engine.loop import initial_state, run, warm_up
-from fedbench.core.errors import DivergenceError, FedbenchError, write_failure
+from fedbench.core.errors import ConfigError, DivergenceError, FedbenchError, write_failure
 from fedbench.runs.interrupts import GracefulInterrupt, describe, signal_of
 from fedbench.tracking.store import StoreError, quiet_libraries
 from fedbench.tracking.targets import format_rounds, rounds_to_target
@@ -136,7 +136,7 @@ class Job:
             meta = load_checkpoint(self.checkpoint, self.state, fed.device)
             self.saved_round = self.state.round
             if meta["config_hash"] != digest:
-                raise FedbenchError(f"{self.checkpoint} was written by a different config; refusing to resume")
+                raise ConfigError(f"{self.checkpoint} was written by a different config; refusing to resume")
             resumed_run_id = meta["run_id"]
             at_targets = self.reached(self.state.history)
             done = recorder.finished_run(resumed_run_id) if self.state.round >= fed.rounds or at_targets else None
