@@ -28,7 +28,10 @@ def top_level_keys_help() -> str:
     path = conf_dir() / "config.yaml"
     if not path.is_file():
         return ""
-    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    try:
+        raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception:  # a malformed config.yaml: the command itself reports it, in one line
+        return ""
     groups = [f"{k}={v}" for d in raw.get("defaults", []) if isinstance(d, dict) for k, v in d.items()]
     keys = [f"{k}={v}" for k, v in raw.items() if k not in ("defaults", "hydra") and not isinstance(v, dict)]
     nested = [f"{k}.{j}={v}" for k, sub in raw.items() if k not in ("defaults", "hydra") and isinstance(sub, dict)

@@ -78,3 +78,36 @@ def report_error(exc: FedbenchError) -> None:
 
         traceback.print_exc()
     print(f"error: {exc}", file=sys.stderr)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """A write that failed for want of space (or quota): errno's ENOSPC/EDQUOT, SQLite's 'disk is full'."""
+    import errno
+
+    return getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "disk is full" in str(exc)
+
+
+def free_space(folder) -> str:
+    """The space left on the disk of `folder` (its nearest existing parent), e.g. '12.0 MB free'."""
+    import shutil
+    from pathlib import Path
+
+    existing = Path(folder).absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        free = shutil.disk_usage(existing).free
+    except OSError:
+        return "free space unknown"
+    for unit in ("bytes", "kB", "MB", "GB", "TB"):
+        if free < 1000 or unit == "TB":
+            return f"{free:.0f} {unit} free" if unit == "bytes" else f"{free:.1f} {unit} free"
+        free /= 1000
+    return ""
+
+
+def write_failure(exc: BaseException, folder) -> str:
+    """Why a write under `folder` failed, in a few words: a full disk names its free space."""
+    if is_disk_full(exc):
+        return f"no space left on the disk of {folder} ({free_space(folder)})"
+    return f"cannot write to {folder}: {getattr(exc, 'strerror', None) or exc}"

@@ -91,19 +91,20 @@ def _hydra_task(cfg) -> float:
     job = current_job(cfg)
     try:
         summary = run_job(cfg, job.out, tags=job.tags, sweep=job.multirun, label=job.label, log_file=job.log_file)
-    except KeyboardInterrupt:
-        interrupted(job)
+    except KeyboardInterrupt as exc:
+        interrupted(job, exc)
     except Exception as exc:
         return job_failed(job, exc)
     return objective_value(summary, cfg)
 
 
-def interrupted(job: HydraJob):
-    from fedbench.runs.ownership import shell_path
+def interrupted(job: HydraJob, exc: BaseException):
+    """Ctrl-C or SIGTERM: say what was saved (a checkpoint, or nothing yet) and exit 128 + the signal."""
+    from fedbench.runs.interrupts import describe, exit_code, signal_of
+    from fedbench.runs.single import next_step
 
-    print(f"error: interrupted; the checkpoint of the last whole round is in {job.out}; "
-          f"continue with: fedbench resume {shell_path(job.out)}", file=sys.stderr)
-    raise SystemExit(130) from None
+    print(f"error: interrupted ({describe(signal_of(exc))}); {next_step(job.out)}", file=sys.stderr, flush=True)
+    raise SystemExit(exit_code(exc)) from None
 
 
 def job_failed(job: HydraJob, exc: Exception) -> float:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import signal
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,8 @@ from fedbench.config.validate import written_out
 from fedbench.runs.build import build_federation
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.engine.loop import initial_state, run, warm_up
-from fedbench.core.errors import DivergenceError, FedbenchError
+from fedbench.core.errors import ConfigError, DivergenceError, FedbenchError, write_failure
+from fedbench.runs.interrupts import GracefulInterrupt, describe, signal_of
 from fedbench.runs.ownership import CHECKPOINT_NAME, shell_path  # CHECKPOINT_NAME: where resume continues from
 from fedbench.tracking.store import StoreError, quiet_libraries
 from fedbench.tracking.targets import format_rounds, rounds_to_target
@@ -69,7 +68,10 @@ def _run_job(cfg: DictConfig, run_dir: Path, quiet: bool, tags: dict[str, str] |
         torch.set_num_threads(int(cfg.engine.threads))
     fed, info = build_federation(cfg)  # every config and data error surfaces here, before MLflow
     job = Job(cfg, run_dir, quiet, tags, sweep, label, log_file, writer)
-    done = job.open(fed, info)
+    try:
+        done = job.open(fed, info)
+    except KeyboardInterrupt as exc:  # before round 1: the record, if started, says so
+        job.failed(exc)
     if done is not None:
         return done
     try:
@@ -95,6 +97,8 @@ class Job:
         self.stop: GracefulInterrupt | None = None
         self.bar = None
         self.claims: list[Path] = []  # the folders this run owns (runs.ownership) until it ends
+        self.recorder = None  # until open() makes it
+        self.saved_round: int | None = None  # the round of the checkpoint on disk, once one is known
 
     def open(self, fed, info, extra_tags: dict[str, str] | None = None) -> dict[str, Any] | None:
         """Prepare the record and the state to train from; returns the summary instead when there is
@@ -157,8 +161,9 @@ class Job:
         resumed_run_id = None
         if cfg.get("resume") and self.checkpoint.exists():
             meta = load_checkpoint(self.checkpoint, self.state, fed.device)
+            self.saved_round = self.state.round
             if meta["config_hash"] != digest:
-                raise FedbenchError(f"{self.checkpoint} was written by a different config; refusing to resume")
+                raise ConfigError(f"{self.checkpoint} was written by a different config; refusing to resume")
             resumed_run_id = meta["run_id"]
             at_targets = self.reached(self.state.history)
             done = recorder.finished_run(resumed_run_id) if self.state.round >= fed.rounds or at_targets else None
@@ -216,8 +221,9 @@ class Job:
         if (self.every and st.round % self.every == 0 and st.round < rounds) or stopping:
             self.recorder.flush()
             save_checkpoint(self.checkpoint, st, self.run_id, self.digest)
+            self.saved_round = st.round
         if stopping and st.round < rounds:
-            raise KeyboardInterrupt
+            raise self.stop.interrupt()
         if st.round < rounds and self.reached([metrics]):  # this round's: earlier ones stopped the run already
             self.say(f"every target reached at round {st.round}: stopped (stop_at_targets)")
             return False
@@ -227,6 +233,7 @@ class Job:
         """The final checkpoint, after the record: the checkpoint never claims rounds the record lacks."""
         self.recorder.flush()
         save_checkpoint(self.checkpoint, self.state, self.run_id, self.digest)
+        self.saved_round = self.state.round
 
     def failed(self, exc: BaseException) -> None:
         """Mark the record and re-raise `exc` as the CLI reports it."""
@@ -236,23 +243,27 @@ class Job:
             self.release()
 
     def _failed(self, exc: BaseException) -> None:
-        recorder, state, run_dir = self.recorder, self.state, shell_path(self.run_dir)
+        recorder, state, run_dir = self.recorder, getattr(self, "state", None), self.run_dir
         self.close()
         if isinstance(exc, DivergenceError):
             recorder.fail(exc.round, exc.reason)
             raise exc
         if isinstance(exc, KeyboardInterrupt):
-            recorder.fail(state.round, f"interrupted (Ctrl-C); continue with: fedbench resume {run_dir}", status="KILLED")
+            if recorder is not None:
+                recorder.fail(state.round if state is not None else 0, f"interrupted ({describe(signal_of(exc))}); {next_step(run_dir)}",
+                              status="KILLED")
+            raise exc
+        if recorder is None:
             raise exc
         if isinstance(exc, StoreError):  # the record cannot be written: the periodic checkpoint matches what it holds
             marked = recorder.fail(state.round, str(exc), quiet=True)
             raise StoreError(f"{exc}; the run stopped at round {state.round}"
                              f"{'' if marked else ' (its MLflow run could not be marked FAILED and stays RUNNING)'}; "
-                             f"continue from the last checkpoint with: fedbench resume {run_dir}") from None
+                             f"continue from the last checkpoint with: fedbench resume {shell_path(run_dir)}") from None
         if isinstance(exc, OSError):  # disk full, unwritable folder: the run record says why, no half file is left
-            recorder.fail(state.round, f"{exc.__class__.__name__}: {exc}")
-            raise FedbenchError(f"I/O error at round {state.round}: {exc}; the last complete checkpoint is kept "
-                                f"in {run_dir}") from None
+            why = write_failure(exc, Path(exc.filename).parent if getattr(exc, "filename", None) else run_dir)
+            recorder.fail(state.round, f"{why} ({exc.__class__.__name__}: {exc})")
+            raise FedbenchError(f"{why}: the run stopped at round {state.round}; {kept(run_dir, self.saved_round)}") from None
         recorder.fail(state.round, f"{exc.__class__.__name__}: {exc}")
         raise exc
 
@@ -298,32 +309,18 @@ def objective_value(summary: dict[str, Any], cfg: DictConfig) -> float:
     return float("nan") if value is None else float(value)
 
 
-class GracefulInterrupt:
-    """The first Ctrl-C (SIGINT) ends the run after the current round, with a checkpoint of it;
-    a second one stops at once (the last periodic checkpoint stays). A round interrupted half-way
-    would leave client state half-updated, so checkpoints are only taken between rounds."""
+def next_step(run_dir: Path) -> str:
+    """What to do after an interrupt: resume from the checkpoint, or, with none yet, start again."""
+    if (run_dir / CHECKPOINT_NAME).is_file():
+        return f"the checkpoint of the last whole round is in {run_dir}; continue with: fedbench resume {shell_path(run_dir)}"
+    return "nothing was checkpointed (it stopped before its first checkpoint); start the run again"
 
-    def __init__(self, quiet: bool):
-        self.quiet = quiet
-        self.requested = False
-        self._previous = None
 
-    def _handler(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        if not self.quiet:
-            print("\nfedbench: interrupted; saving a checkpoint after this round (Ctrl-C again to stop now)",
-                  file=sys.stderr)
-
-    def __enter__(self) -> GracefulInterrupt:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+def kept(run_dir: Path, saved_round: int | None) -> str:
+    """After a failed write: the checkpoint kept (a round's, whole), and how to continue from it."""
+    if saved_round is None:
+        return "nothing was checkpointed; free some space and start the run again"
+    return f"the checkpoint of round {saved_round} is kept; free some space and continue with: fedbench resume {shell_path(run_dir)}"
 
 
 def check_writable(folder: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from fedbench.core.errors import FedbenchError
+from fedbench.core.errors import FedbenchError, is_disk_full, write_failure
 from fedbench.tracking.plots import plot_curves, setting_title
 from fedbench.tracking.store import (StoreError, bound_http_retries, one_attempt, one_line, open_store, probe_server,
                                      resolve_tracking_uri)
@@ -82,6 +82,9 @@ def store_call(method):
             raise
         except Exception as exc:
             self.store_failed = True
+            if is_disk_full(exc) and self.uri.startswith("sqlite:///"):
+                folder = Path(self.uri.removeprefix("sqlite:///")).parent
+                raise StoreError(f"the MLflow store {self.uri} failed: {write_failure(exc, folder)} ({one_line(exc)})") from exc
             raise StoreError(f"the MLflow store {self.uri} failed: {one_line(exc)}") from exc
 
     return wrapper

@@ -277,7 +277,8 @@ def _answer(exc: BaseException) -> tuple[bytes | None, str]:
 
 def serve() -> None:
     """The writer process: answer calls from stdin until it closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the run's: it marks the run KILLED through us
+    for signum in (signal.SIGINT, signal.SIGTERM):  # the run's (a process group's Ctrl-C, systemd's SIGTERM to
+        signal.signal(signum, signal.SIG_IGN)   # every process): it marks the run KILLED through us, then closes us
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever a library prints goes to stderr; stdout carries the answers
     calls = sys.stdin.buffer
