@@ -45,6 +45,9 @@ for _module in (run, listing, data, reproduce, attack, report, plot):  # the ord
 
 
 def entrypoint() -> None:
+    from fedbench.core.secrets import install
+
+    install()  # no password of a store URI reaches the terminal or a log
     try:
         app()
     except FedbenchError as exc:

@@ -51,11 +51,9 @@ def plot(
     frame = load_runs(uri, experiment, filter_string)
     if frame.empty:
         raise ConfigError(f"no FINISHED runs in experiment {experiment!r}" + (f" matching {filter_string!r}" if filter_string else ""))
-    from mlflow.tracking import MlflowClient
+    from fedbench.tracking.store import client_for, resolve_tracking_uri
 
-    from fedbench.tracking.store import resolve_tracking_uri
-
-    client = MlflowClient(resolve_tracking_uri(uri))
+    client = client_for(resolve_tracking_uri(uri))
     keys = setting if setting else differing_settings(frame, exclude_tuned=False)
     rows = []
     for _, run in frame.iterrows():

@@ -312,11 +312,9 @@ def save(rep: Reproduction, scale_name: str, runs, table, claims, out: Path, sta
 
 def log_comparison(rep: Reproduction, scale_name: str, files: list[Path], claims: list[Claim], stamp: str, uri: str) -> None:
     """A run named `<stamp>-comparison` in the reproduction's experiment carries the artifacts."""
-    from mlflow.tracking import MlflowClient
+    from fedbench.tracking.store import client_for, ensure_experiment
 
-    from fedbench.tracking.store import ensure_experiment
-
-    client = MlflowClient(uri)
+    client = client_for(uri)
     run = client.create_run(ensure_experiment(client, rep.name, uri), run_name=f"{stamp}-comparison",
                             tags={"reproduction": rep.name, "scale": scale_name,
                                   "claims_hold": str(all(c.holds for c in claims)).lower()})

@@ -64,7 +64,10 @@ def _jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
     from fedbench.config.compose import conf_dir
     from fedbench.config.preflight import expand_jobs, preflight
     from fedbench.core.errors import ConfigError
+    from fedbench.core.secrets import install, withhold
 
+    install()
+    overrides = withhold(overrides)
     preflight(conf_dir(), [*overrides, *(["--multirun"] if multirun else [])])
     jobs = expand_jobs(overrides)
     if not multirun and len(jobs) > 1:
@@ -136,9 +139,9 @@ def run_batched(jobs: list[tuple[Any, list[str], Path, str]], progress: bool = F
 
 
 def _history_from_mlflow(uri: str, run_id: str) -> list[dict[str, float]]:
-    from mlflow.tracking import MlflowClient
+    from fedbench.tracking.store import client_for
 
-    client = MlflowClient(uri)
+    client = client_for(uri)
     rows: dict[int, dict[str, float]] = {}
     for key in client.get_run(run_id).data.metrics:
         for m in client.get_metric_history(run_id, key):

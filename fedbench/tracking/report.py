@@ -24,16 +24,14 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
     """One row per FINISHED run: params (as strings), tags and the metrics a table needs."""
     import pandas as pd
 
-    from mlflow.tracking import MlflowClient
-
     from fedbench.core.errors import ConfigError
-    from fedbench.tracking.store import resolve_tracking_uri
+    from fedbench.tracking.store import client_for, resolve_tracking_uri
 
     from fedbench.tracking.store import one_line
 
     store = resolve_tracking_uri(uri)
     try:
-        client = MlflowClient(store)
+        client = client_for(store)
         exp = client.get_experiment_by_name(experiment)
         names = [e.name for e in client.search_experiments()] if exp is None else []
     except Exception as exc:  # not an MLflow store, unreachable server
