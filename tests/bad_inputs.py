@@ -5,6 +5,7 @@ renders them, with the full messages, into docs/bad_inputs.md."""
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 
 CONF = Path(__file__).resolve().parent.parent / "fedbench" / "config" / "conf"
@@ -152,6 +153,9 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("plot --uri sqlite:///{tmp}/store.db --metric acc --output {tmp}/p", "Unknown --metric (a metric these runs logged) 'acc'"),
     ("attack dlg --algorithms ''", "--algorithms names no algorithm (got '')"),
     ("attack dlg --attack-lr nan", "--attack-lr must be a finite number > 0, got nan"),
+    # issue 32 (security)
+    ("run dataset=cifar10 data.root={tmp}/cifar_crafted",
+     "cifar-10-batches-py/data_batch_1 is not a CIFAR python batch: it references posix.mknod, which a CIFAR batch never holds"),
 ]
 
 
@@ -180,6 +184,10 @@ def make_fixtures(tmp: Path) -> None:
     client.set_tag(run.info.run_id, "rounds_to_0.5", "2")
     client.log_metric(run.info.run_id, "test_accuracy", 0.6, step=3)
     client.set_terminated(run.info.run_id)
+    # issue 32 (security): CIFAR batches whose first would create a file when unpickled
+    from tests.data.test_safe_loading import Marker, cifar_folder
+
+    cifar_folder(tmp / "cifar_crafted", crafted=pickle.dumps(Marker(tmp / "cifar_crafted" / "marker"), protocol=2))
 
 
 def diagnose_command(line: str, tmp: Path) -> str:

@@ -45,8 +45,10 @@ for _module in (run, listing, data, reproduce, attack, report, plot):  # the ord
 
 
 def entrypoint() -> None:
+    from fedbench.core.secrets import install as withhold_passwords
     from fedbench.runs import interrupts
 
+    withhold_passwords()  # no password of a store URI reaches the terminal or a log
     interrupts.install()  # SIGTERM ends a run as Ctrl-C does (checkpoint, KILLED, resume command)
     try:
         app()

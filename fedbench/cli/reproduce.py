@@ -74,13 +74,15 @@ def reproduce(
 ) -> None:
     """Run NAME's grid (seeds included) into the MLflow experiment NAME, print and save the comparison with
     the paper; exit code 1 when a claim does not hold. Extra arguments are Hydra overrides for every job."""
+    from fedbench.core.secrets import withhold
+
     if name == "list":
         list_reproductions()
         return
     if name == "all":
         from fedbench.reproduce.run import reproduce_all
 
-        results, summary = reproduce_all(scale, tuple(ctx.args), echo=typer.echo, record=record)
+        results, summary = reproduce_all(scale, tuple(withhold(ctx.args)), echo=typer.echo, record=record)
         typer.echo("\n" + summary.read_text())
         typer.echo(f"saved: {summary}")
         if any(not isinstance(r, str) and not r.holds for r in results.values()):
@@ -92,7 +94,7 @@ def reproduce(
     from fedbench.reproduce.catalog import get
     from fedbench.reproduce.run import reproduce as run_reproduction
 
-    outcome = run_reproduction(get(name), scale, tuple(ctx.args))
+    outcome = run_reproduction(get(name), scale, tuple(withhold(ctx.args)))
     typer.echo("\n" + outcome.markdown)
     typer.echo("\nsaved: " + ", ".join(str(p) for p in outcome.files))
     if not outcome.holds:

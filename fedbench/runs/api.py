@@ -65,7 +65,10 @@ def _jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
     from fedbench.config.compose import conf_dir
     from fedbench.config.preflight import expand_jobs, preflight
     from fedbench.core.errors import ConfigError
+    from fedbench.core.secrets import install, withhold
 
+    install()
+    overrides = withhold(overrides)
     preflight(conf_dir(), [*overrides, *(["--multirun"] if multirun else [])])
     jobs = expand_jobs(overrides)
     if not multirun and len(jobs) > 1:

@@ -86,8 +86,10 @@ def record_config_dirs(out: Path, hc) -> None:
 
 def _hydra_task(cfg) -> float:
     """One Hydra job; returns the sweep objective (tracking.objective; NaN for a failed job)."""
+    from fedbench.core.secrets import install
     from fedbench.runs.single import objective_value, run_job
 
+    install()  # a launcher's worker process prints and logs too
     job = current_job(cfg)
     try:
         summary = run_job(cfg, job.out, tags=job.tags, sweep=job.multirun, label=job.label, log_file=job.log_file)
@@ -146,7 +148,10 @@ def hydra_main(argv: list[str]) -> int:
     from fedbench.tracking import writer
 
     from fedbench.core.errors import ConfigError
+    from fedbench.core.secrets import install, withhold
 
+    install()
+    argv = withhold(argv)  # before Hydra: its config, .hydra/ and the record never hold the password
     CONF_DIR = conf_dir()
     register_resolvers()
     if not (CONF_DIR / "config.yaml").is_file():

@@ -15,6 +15,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from fedbench.core.errors import FedbenchError, is_disk_full, write_failure
+from fedbench.core.secrets import password_hint, redact
 from fedbench.tracking.plots import plot_curves, setting_title
 from fedbench.tracking.store import (StoreError, bound_http_retries, one_attempt, one_line, open_store, probe_server,
                                      resolve_tracking_uri)
@@ -30,7 +31,7 @@ def flatten_config(cfg: DictConfig) -> dict[str, str]:
             for k, v in value.items():
                 walk(f"{prefix}.{k}" if prefix else str(k), v)
         else:
-            out[prefix] = str(value)[:6000]
+            out[prefix] = redact(str(value))[:6000]
 
     walk("", {k: v for k, v in container.items() if k != "hydra"})
     return out
@@ -53,6 +54,11 @@ def _user() -> str:
         return getpass.getuser()
     except Exception:  # no user name in a container
         return "unknown"
+
+
+def _public(tags: dict[str, str]) -> dict[str, str]:
+    """Tags as recorded: no password of a store URI in any (core.secrets)."""
+    return {k: redact(str(v)) for k, v in tags.items()}
 
 
 def tags_of(run) -> dict[str, str]:
@@ -113,7 +119,8 @@ class Recorder:
         except FedbenchError:
             raise
         except Exception as exc:
-            raise FedbenchError(f"cannot use the MLflow tracking store {self.uri}: {one_line(exc)}") from None
+            raise FedbenchError(f"cannot use the MLflow tracking store {self.uri}: {one_line(exc)}"
+                                f"{password_hint(self.uri)}") from None
 
     def find_previous(self, config_hash: str):
         """The newest run of this experiment with the same config hash, FINISHED ones first; or None."""
@@ -195,7 +202,7 @@ class Recorder:
         source = {mlflow_tags.MLFLOW_SOURCE_NAME: "fedbench run", mlflow_tags.MLFLOW_SOURCE_TYPE: "LOCAL",
                   mlflow_tags.MLFLOW_USER: _user(), mlflow_tags.MLFLOW_GIT_COMMIT: commit}
         name = self.cfg.tracking.get("run_name") or readable_run_name(self.cfg)
-        run = self.client.create_run(self.experiment_id, run_name=name, tags={**source, **tags})
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=_public({**source, **tags}))
         self.run_id = run.info.run_id
         params = [Param(k, v) for k, v in flatten_config(self.cfg).items()]
         for i in range(0, len(params), 100):
@@ -203,7 +210,7 @@ class Recorder:
         self.client.log_batch(self.run_id, tags=[RunTag("git_commit", commit)])
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "config.yaml"
-            path.write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
+            path.write_text(redact(OmegaConf.to_yaml(self.cfg, resolve=True)))
             self.client.log_artifact(self.run_id, str(path))
         return self.run_id
 
@@ -238,7 +245,7 @@ class Recorder:
     def set_tags(self, tags: dict[str, str]) -> None:
         from mlflow.entities import RunTag
 
-        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in _public(tags).items()])
 
     @store_call
     def finish(self, history: list[dict[str, float]], status: str = "FINISHED", artifacts: bool = True) -> dict[str, Any]:

@@ -53,24 +53,42 @@ def default_artifact_root(outputs: Path = DEFAULT_OUTPUTS) -> str:
 
 
 def resolve_tracking_uri(uri: str | None) -> str:
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+    """The store's URI as fedbench shows and records it: any password is withheld (core.secrets)
+    and put back only by `client_for`."""
+    from fedbench.core.secrets import withhold_uri
+
+    return withhold_uri(uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri())
+
+
+def client_for(uri: str):
+    """MLflow's client on the store `uri`, with its withheld password (the one place it is used)."""
+    from mlflow.tracking import MlflowClient
+
+    from fedbench.core.secrets import reveal
+
+    return MlflowClient(reveal(uri))
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "mysql": 3306, "mssql": 1433}
 
 
 def probe_server(uri: str, timeout: float = 5.0) -> None:
-    """Connect once to an http(s) tracking server: MLflow's own client retries a refused
-    connection with backoff for minutes before it gives up."""
+    """Connect once to a tracking server or database server: MLflow's own client retries a refused
+    connection with backoff for minutes before it gives up (its database stores too)."""
     from urllib.parse import urlparse
 
     parsed = urlparse(uri)
-    if parsed.scheme not in ("http", "https"):
+    scheme = parsed.scheme.split("+")[0]
+    if scheme not in DEFAULT_PORTS or not parsed.hostname:
         return
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    port = parsed.port or DEFAULT_PORTS[scheme]
     try:
         socket.create_connection((parsed.hostname, port), timeout=timeout).close()
     except OSError as exc:
+        start = "(mlflow server --port ...)" if scheme.startswith("http") else f"(its {scheme} server)"
         raise FedbenchError(
-            f"cannot reach the MLflow tracking server {uri}: {exc.strerror or exc}. Start it "
-            "(mlflow server --port ...) or use the local store (tracking.uri=null)"
+            f"cannot reach the MLflow tracking {'server' if scheme.startswith('http') else 'store'} {uri}: "
+            f"{exc.strerror or exc}. Start it {start} or use the local store (tracking.uri=null)"
         ) from None
 
 
@@ -116,10 +134,8 @@ def store_client(uri: str):
     processes that open it at once race on them and can leave the database unusable (or die at
     start). Every opener therefore opens it under one file lock beside the database (store_lock),
     so any number of runs, reports and plots may start together."""
-    from mlflow.tracking import MlflowClient
-
     with store_lock(uri):
-        return MlflowClient(uri)  # creates (or migrates) the store now
+        return client_for(uri)  # creates (or migrates) the store now
 
 
 @contextmanager
@@ -151,10 +167,8 @@ def store_lock(uri: str, create: bool = False, timeout: float = 600):
 def open_store(uri: str, experiment: str):
     """An MlflowClient on `uri` and the experiment's id (created if missing, under store_lock: two
     jobs of a sweep may create it at once)."""
-    from mlflow.tracking import MlflowClient
-
     with store_lock(uri, create=True):
-        client = MlflowClient(uri)
+        client = client_for(uri)
         return client, ensure_experiment(client, experiment, uri)
 
 

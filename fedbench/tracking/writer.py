@@ -283,6 +283,9 @@ def serve() -> None:
     os.dup2(2, 1)  # whatever a library prints goes to stderr; stdout carries the answers
     calls = sys.stdin.buffer
     served = _Served()
+    from fedbench.core.secrets import install
+
+    install()
     try:  # the imports `open` needs, before it comes
         from fedbench.tracking.store import quiet_libraries
 
