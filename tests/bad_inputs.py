@@ -111,6 +111,16 @@ CASES: list[tuple[str, str]] = [
     # sweeps: a bad value in any job stops the grid before the first job
     ("-m eta_l=0.1,0.05,-1", "eta_l must be a finite number > 0, got -1"),
     ("-m algorithm=fedavg,fedsdg", "Did you mean 'fedsgd'?"),
+    # issue 35 (populations made on demand)
+    ("dataset=synthetic partition=natural dataset.num_users=1000000 num_clients=1000000",
+     "dataset.num_users=1000000 with dataset.generator=sequential holds every user's data in memory"),
+    ("dataset=synthetic partition=natural dataset.generator=lazy", "dataset.generator='lazy': choose one of sequential, per_user"),
+    ("dataset=synthetic dataset.generator=per_user partition=iid",
+     "partition=iid: dataset.generator=per_user makes each user's data when it is sampled, so only partition=natural"),
+    ("dataset=synthetic dataset.generator=per_user partition=natural num_clients=30 train_loss_every=1",
+     "train_loss_every=1: the full training loss needs every user's data"),
+    ("dataset=synthetic partition=natural dataset.eval_users=-1", "dataset.eval_users must be >= 0 (0 = every user), got -1"),
+    ("engine.client_state_device=disc", "engine.client_state_device must be auto (= engine.device), cpu, cuda[:k], mps or disk, got 'disc'"),
 ]
 
 

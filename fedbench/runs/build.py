@@ -55,6 +55,24 @@ def client_chunk(requested: int, cohort: int, dim: int, dtype: torch.dtype, devi
     return max(1, min(cohort, _CPU_CHUNK_BYTES // (dim * itemsize)))
 
 
+EAGER_SYNTHETIC_BYTES = 240_000  # memory per user of the sequential generator's data set (issue 35's measure)
+
+
+def check_eager_fits(cfg: DictConfig) -> None:
+    """The sequential synthetic generator holds every user's data: refuse a population that cannot fit
+    before minutes of generating it end in the kernel's OOM killer."""
+    ds = cfg.dataset
+    if ds.name != "synthetic" or ds.get("generator", "sequential") != "sequential":
+        return
+    from fedbench.runs.batched import available_bytes
+
+    need, free = int(ds.num_users) * EAGER_SYNTHETIC_BYTES, available_bytes(torch.device("cpu"))
+    if need > free:
+        raise ConfigError(f"dataset.num_users={ds.num_users} with dataset.generator=sequential holds every user's data "
+                          f"in memory (~{need / 2**30:.0f} GiB, more than this machine has available); "
+                          "dataset.generator=per_user makes each user's data when it is sampled")
+
+
 def check_population(cfg: DictConfig, population) -> None:
     """A population made on demand is split by its own users, and its training data is never whole."""
     if cfg.partition.name != "natural":
@@ -80,6 +98,7 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
     cfg = cfgs[0]
     algorithms = [checked_algorithm(c) for c in cfgs]  # each config is validated here unless preflight did
     device = resolve_device(str(cfg.engine.device))
+    check_eager_fits(cfg)
     dataset = DATASETS.get(cfg.dataset.name)(
         root=str(cfg.data.root), download=bool(cfg.data.download), **{
             k: v for k, v in params_of(cfg.dataset).items() if k not in ("root", "download")

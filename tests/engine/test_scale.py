@@ -140,3 +140,26 @@ def test_fresh_run_does_not_read_a_leftover_table(tmp_path):
     again = _rounds(fed, initial_state(fed, tmp_path), 2)  # not a resume: starts from zero state
     other = _rounds(fed, initial_state(fed, tmp_path / "elsewhere"), 2)
     assert all(torch.equal(again.server[k], other.server[k]) for k in other.server)
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "scaffold"])
+def test_a_population_of_10_5_costs_its_cohort(tmp_path, algorithm):
+    """CI's reduced cross-device check (README, 10^6 in scripts/bench_scale.py): N = 10^5 clients,
+    cohorts of 100: set-up makes the test users only, a round holds and makes its cohort's data,
+    reads and writes its cohort's state rows, and a checkpoint writes the rows that changed."""
+    n, s, d = 100_000, 100, 610
+    fed = _fed(n, algorithm, f"clients_per_round={s}", "engine.client_state_device=disk", "dataset.eval_users=200",
+               "local_steps=2", "local_epochs=null")
+    pop = fed.clients.population
+    assert pop.made == 0 and len(fed.dataset.y_train) == 0
+    state = initial_state(fed, tmp_path)
+    for r in range(3):
+        made = pop.made
+        _rounds(fed, state, 1)
+        assert pop.made - made <= s and fed.clients.index.shape[0] == s
+        assert len(fed.clients.x) <= s * 2000
+        save_checkpoint(tmp_path / "ckpt.pt", state, None, "h")
+        assert (tmp_path / "ckpt.pt").stat().st_size < s * d * 4 + 2**16  # the changed rows, not N's
+    for table in state.tables.values():
+        assert table.rows == {} and table.rows_written == 3 * s and table.rows_read <= 3 * s
+        assert os.stat(table.path).st_blocks * 512 <= 3 * s * 2 * 4096
