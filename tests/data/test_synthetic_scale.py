@@ -105,3 +105,13 @@ def test_eval_users_a_fixed_sample_or_all(monkeypatch):
     assert len(lazy.y_train) == 0 and lazy.population.num_clients == 100_000 and lazy.population.made == 0
     n_test = np.maximum(1, np.round(0.2 * PerUserSynthetic(0, 100_000, 60, 10, 1.0, 1.0, False).sizes[made]))
     assert len(lazy.y_test) == n_test.sum()
+
+
+def test_natural_partition_is_one_sort_with_the_per_user_scan_result():
+    """Users' samples in increasing order, users by id, as np.flatnonzero(owner == u) for each u."""
+    from fedbench.data.partitions import natural_partition
+
+    owner = np.random.default_rng(0).integers(0, 300, 20_000)
+    parts = natural_partition(np.zeros(len(owner)), 300, np.random.default_rng(), owner=owner)
+    expected = [np.flatnonzero(owner == u) for u in np.unique(owner)]
+    assert len(parts) == len(expected) and all(np.array_equal(a, b) for a, b in zip(parts, expected))
