@@ -179,7 +179,7 @@ def _per_user_synthetic(gen: PerUserSynthetic, tested: np.ndarray, test_fraction
     if len(test_ids) >= 5000:
         from tqdm import tqdm
 
-        test_ids = tqdm(test_ids, desc="synthetic test users", unit="user", mininterval=1.0, leave=False)
+        test_ids = tqdm(test_ids, desc="synthetic test users", unit="user", mininterval=1.0, leave=False, disable=None)
     xs_te, ys_te = [], []
     for k in test_ids:
         x, y = gen.user(int(k))

@@ -64,7 +64,7 @@ def sequential_users(seed: int, num_users: int, dim: int, num_classes: int, alph
         if progress:
             from tqdm import tqdm
 
-            ks = tqdm(ks, desc="synthetic users", unit="user", mininterval=1.0, leave=False)
+            ks = tqdm(ks, desc="synthetic users", unit="user", mininterval=1.0, leave=False, disable=None)
         for k in ks:
             yield _user(rng, int(sizes[k]), dim, num_classes, alpha, beta, (w_shared, b_shared) if iid else None, scale)
 
