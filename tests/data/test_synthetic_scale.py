@@ -115,3 +115,19 @@ def test_natural_partition_is_one_sort_with_the_per_user_scan_result():
     parts = natural_partition(np.zeros(len(owner)), 300, np.random.default_rng(), owner=owner)
     expected = [np.flatnonzero(owner == u) for u in np.unique(owner)]
     assert len(parts) == len(expected) and all(np.array_equal(a, b) for a, b in zip(parts, expected))
+
+
+def test_runs_from_before_the_generator_option_keep_their_config_hash():
+    """A checkpoint of a synthetic run written before dataset.generator/eval_users existed still resumes:
+    the defaults that reproduce the old data and test set do not enter the hash; other values do."""
+    from omegaconf import OmegaConf
+
+    from fedbench.runs.single import config_hash
+    from tests.conftest import make_cfg
+
+    new = make_cfg("dataset=synthetic", "partition=natural", "num_clients=30")
+    old = OmegaConf.to_container(new)
+    del old["dataset"]["generator"], old["dataset"]["eval_users"]
+    assert config_hash(new) == config_hash(OmegaConf.create(old))
+    for change in ("dataset.generator=per_user", "dataset.eval_users=10"):
+        assert config_hash(make_cfg("dataset=synthetic", "partition=natural", "num_clients=30", change)) != config_hash(new)
