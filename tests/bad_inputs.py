@@ -91,7 +91,7 @@ CASES: list[tuple[str, str]] = [
     # values that used to end in a traceback or be accepted silently (issue 21)
     ("seed=99999999999999999999", "seed must be an integer in [0, 2**63 - 1], got 99999999999999999999"),
     ("engine.threads=-1", "engine.threads must be an integer >= 0, got -1"),
-    ("engine.client_state_device=tpu", "engine.client_state_device must be auto (= engine.device), cpu, cuda[:k] or mps"),
+    ("engine.client_state_device=tpu", "engine.client_state_device must be auto (= engine.device), cpu, cuda[:k], mps or disk"),
     ("rounds=${oops}", "cannot resolve the config: Interpolation key 'oops' not found"),
     ("tracking.experiment=", "tracking.experiment must be the name of an MLflow experiment, got ''"),
     ("hydra.run.dir=", "hydra.run.dir='' would write the run's checkpoint and .hydra/ into the current folder"),
@@ -112,6 +112,15 @@ CASES: list[tuple[str, str]] = [
     # sweeps: a bad value in any job stops the grid before the first job
     ("-m eta_l=0.1,0.05,-1", "eta_l must be a finite number > 0, got -1"),
     ("-m algorithm=fedavg,fedsdg", "Did you mean 'fedsgd'?"),
+    # issue 35 (populations made on demand)
+    ("dataset=synthetic partition=natural dataset.num_users=1000000 num_clients=1000000",
+     "dataset.num_users=1000000 with dataset.generator=sequential holds every user's data in memory"),
+    ("dataset=synthetic partition=natural dataset.generator=lazy", "dataset.generator='lazy': choose one of sequential, per_user"),
+    ("dataset=synthetic dataset.generator=per_user partition=iid",
+     "partition=iid: dataset.generator=per_user makes each user's data when it is sampled, so only partition=natural"),
+    ("dataset=synthetic dataset.generator=per_user partition=natural num_clients=30 train_loss_every=1",
+     "train_loss_every=1: the full training loss needs every user's data"),
+    ("dataset=synthetic partition=natural dataset.eval_users=-1", "dataset.eval_users must be >= 0 (0 = every user), got -1"),
 ]
 
 

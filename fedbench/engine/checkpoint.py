@@ -47,6 +47,8 @@ def save_checkpoint(path: Path, state: RunState, run_id: str | None, config_hash
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_orphans(path.parent)
     _write_atomically(path, payload)
+    for table in state.tables.values():  # only now: a disk table's file may hold what the checkpoint does
+        table.after_checkpoint(state.round)
 
 
 class _Writes:
@@ -98,6 +100,8 @@ def load_checkpoint(path: Path, state: RunState, device: torch.device) -> dict:
     state.server = {k: v.to(device) for k, v in payload["server"].items()}
     for name, table in state.tables.items():
         table.load_state_dict(payload["tables"][name])
+        if hasattr(table, "after_load"):
+            table.after_load(int(payload["round"]))
     state.history = list(payload["history"])
     state.floats_up = float(payload["floats_up"])
     state.floats_down = float(payload["floats_down"])

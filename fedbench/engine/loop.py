@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -14,7 +16,7 @@ from torch import Tensor
 from fedbench.core.types import Cohort, State
 from fedbench.algorithms.base import Algorithm
 from fedbench.data.base import Dataset
-from fedbench.engine.client_state import ClientStateTable
+from fedbench.engine.client_state import DISK_FOLDER, ClientStateTable, DiskClientStateTable
 from fedbench.engine.evaluation import evaluate
 from fedbench.engine.gradients import LOOP_BELOW
 from fedbench.engine.local import ClientData, LocalWork, step_schedule
@@ -44,6 +46,7 @@ class Federation:
     aggregation: str  # 'uniform' or 'num_samples'
     client_state_device: torch.device
     device: torch.device
+    client_state_disk: bool = False  # per-client state in memory-mapped files (engine.client_state_device=disk)
     group_by_work: bool = True  # chunks of clients with similar step counts (work_groups)
     eval_batch: int = 4096  # samples per evaluation call (executors.eval_batch_size)
 
@@ -67,12 +70,24 @@ class RunState:
     eval_time: float = 0.0  # evaluations of the global model (test metrics, training loss)
 
 
-def initial_state(fed: Federation) -> RunState:
+def initial_state(fed: Federation, folder: Path | None = None) -> RunState:
+    """Round 0's state. Disk tables (fed.client_state_disk) live in `folder`/client_state (the run
+    directory), or in a temporary folder removed with the state when none is given."""
     server = fed.algorithm.init(fed.x0)
-    tables = {
-        name: ClientStateTable(spec, fed.client_state_device, fed.x0.dtype)
-        for name, spec in fed.algorithm.client_states().items()
-    }
+    specs = fed.algorithm.client_states()
+    if fed.client_state_disk and specs:
+        scratch = None
+        if folder is None:
+            scratch = tempfile.TemporaryDirectory(prefix="fedbench-client-state-")
+            folder = Path(scratch.name)
+        tables: dict[str, ClientStateTable] = {
+            name: DiskClientStateTable(spec, fed.clients.num_clients, fed.x0.dtype, folder / DISK_FOLDER, name)
+            for name, spec in specs.items()
+        }
+        for table in tables.values():
+            table.scratch = scratch  # kept alive (and the folder) while a table is
+    else:
+        tables = {name: ClientStateTable(spec, fed.client_state_device, fed.x0.dtype) for name, spec in specs.items()}
     return RunState(round=0, server=server, tables=tables)
 
 
@@ -177,6 +192,7 @@ def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list
         steps = step_schedule(sizes.cpu(), fed.batch_size, epochs, fed.local_steps)[2].tolist()
         lanes.append(_Lane(fed, state, lane_ids, ids_t, Cohort(round=r, ids=ids_t, sizes=sizes, weights=weights),
                            algo.broadcast(state.server, r), algo.setting.local_lr(r), steps))
+    fed0.clients.prepare([i for lane in lanes for i in lane.ids])  # a population makes its cohorts' data now
     classes: dict[tuple, list[int]] = {}
     for k, fed in enumerate(feds):
         classes.setdefault(mixing_key(fed) if len(feds) > 1 else (), []).append(k)

@@ -153,7 +153,7 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
 
     fed0 = built[0][0]
     tables = max(sum(math.prod(t.spec.shape) for t in sessions[k].state.tables.values()) for k in live)
-    cap = auto_max_batch(cfgs[0], fed0.flat.dim, fed0.device, table_floats=tables,
+    cap = auto_max_batch(cfgs[0], fed0.flat.dim, fed0.device, table_floats=0 if fed0.client_state_disk else tables,
                          table_device=fed0.client_state_device)  # memory: lanes beyond it train in turns
     try:
         with GracefulInterrupt(quiet) as stop:

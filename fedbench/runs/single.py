@@ -31,6 +31,12 @@ def config_hash(cfg: DictConfig) -> str:
     if container.get("partition", {}).get("seed") == container.get("seed"):  # the split before partition.seed
         container["partition"].pop("seed")  # existed: checkpoints of earlier versions keep their hash
     before_shared_extras(container)  # likewise the local-step extras before they were shared
+    dataset = container.get("dataset", {})
+    if dataset.get("name") == "synthetic":  # its generator and test users before they were options
+        if dataset.get("generator") == "sequential":
+            dataset.pop("generator")
+        if "eval_users" in dataset and (dataset["eval_users"] == 0 or dataset["eval_users"] >= dataset.get("num_users", 30)):
+            dataset.pop("eval_users")
     if not container.get("stop_at_targets", True):  # off: the hash of runs from before the option
         container.pop("stop_at_targets")
     return hashlib.sha256(OmegaConf.to_yaml(OmegaConf.create(container)).encode()).hexdigest()[:16]
@@ -137,7 +143,7 @@ class Job:
         claim(run_dir)  # one live writer per folder (runs.ownership), before the run writes there
         self.claims.append(run_dir)
         check_writable(run_dir)
-        self.state = initial_state(fed)
+        self.state = initial_state(fed, run_dir)
         if self.writer is not None and not cfg.get("resume") and self.state.round < fed.rounds:
             self.warmup = warm_up(fed, self.state)  # while the writer opens the store (its answer awaited next)
         self.checkpoint = run_dir / CHECKPOINT_NAME
@@ -156,6 +162,7 @@ class Job:
                 self.run_dir = run_dir = earlier  # continue where the interrupted job wrote
                 self.checkpoint = run_dir / CHECKPOINT_NAME
                 cfg = self.cfg = OmegaConf.merge(cfg, {"resume": True})
+                self.state = initial_state(fed, run_dir)  # disk client tables: the interrupted job's
         if not cfg.get("resume") and not self.sweep:
             refuse_overwrite(run_dir)
         resumed_run_id = None
