@@ -40,22 +40,9 @@ def figure_src(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def package_version() -> str:
-    """The installed fedbench's version (the distribution's metadata; the package's own where it is not
-    installed, e.g. run from a checkout on PYTHONPATH)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("fedbench-bench")
-    except PackageNotFoundError:
-        import fedbench
-
-        return fedbench.__version__
-
-
 def provenance(extra: dict[str, str] | None = None) -> dict[str, str]:
     """What made the page: fedbench's version, the source commit where there is one, the date."""
-    from fedbench.tracking.recorder import git_commit
+    from fedbench.tracking.recorder import git_commit, package_version
 
     return {"fedbench version": package_version(), "git commit": git_commit(),
             "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **(extra or {})}

@@ -15,7 +15,8 @@ if TYPE_CHECKING:  # pandas is imported by the functions that use it: `fedbench 
     import pandas as pd
 
 # Params that say where or how a run executed, not what it computed.
-PLACEMENT = ("tracking.", "engine.", "data.", "resume", "seed", "eval_every", "train_loss_every", "targets")
+PLACEMENT = ("tracking.", "engine.", "data.", "resume", "seed", "eval_every", "train_loss_every", "targets",
+             "fedbench_version")
 
 BEST_BY = ("final_accuracy", "best_accuracy", "final_loss")
 
