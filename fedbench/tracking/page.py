@@ -27,6 +27,7 @@ class Section:
     tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
     figures: list[tuple[str, bytes]] = field(default_factory=list)
     claims: list[tuple[str, bool, str]] = field(default_factory=list)
+    not_held: str = "does not hold"  # below a paper's scale: "does not hold at this scale"
 
 
 def table_html(table: pd.DataFrame) -> str:
