@@ -152,7 +152,7 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("run dataset=fmnist data.root={tmp}/images_14x56", "the IDX header says images of 14x56 pixels; fmnist images are 28x28"),
     ("report --best-by accuracy", "Unknown --best-by 'accuracy'. Available: best_accuracy, final_accuracy, final_loss, rounds_to_<t>."),
     ("report --uri sqlite:///{tmp}/store.db --filter 'tags.foo =='", "--filter 'tags.foo ==' is not a valid MLflow search filter"),
-    ("report --output /nonexistent/x.md", "--output /nonexistent/x.md: the folder /nonexistent does not exist"),
+    ("report --output {tmp}/garbage.db/x.md", "--output <tmp>/garbage.db/x.md: <tmp>/garbage.db is a file, not a folder"),
     ("report --uri sqlite:///{tmp}/garbage.db", "cannot read the MLflow store sqlite:///<tmp>/garbage.db"),
     ("report --uri sqlite:///{tmp}/store.db --target 0.5 --baseline fedavgg", "Did you mean 'fedavg'?"),
     ("data show --out /nonexistent/x.png", "--out /nonexistent/x.png: the folder /nonexistent does not exist"),
@@ -165,6 +165,10 @@ COMMAND_CASES: list[tuple[str, str]] = [
     # issue 32 (security)
     ("run dataset=cifar10 data.root={tmp}/cifar_crafted",
      "cifar-10-batches-py/data_batch_1 is not a CIFAR python batch: it references posix.mknod, which a CIFAR batch never holds"),
+    # issue 33 (report and plot options)
+    ("report --uri sqlite:///{tmp}/store.db --setting nope", "Unknown --setting 'nope': no run records it"),
+    ("report --uri sqlite:///{tmp}/store.db --baseline fedavg", "--baseline fedavg is the speed-up in rounds to a target: give --target too"),
+    ("plot --uri sqlite:///{tmp}/store.db --setting nope --output {tmp}/p", "Unknown --setting 'nope': no run records it"),
 ]
 
 

@@ -62,7 +62,7 @@ def save_stacked_bars(counts, path: Path, title: str, class_names: list[str] | N
     import numpy as np
 
     n, c = counts.shape
-    fig, ax = plt.subplots(figsize=(min(3 + 0.12 * n, 16), 4))
+    fig, ax = plt.subplots(figsize=(min(3 + 0.12 * n, 16), 4), layout="constrained")
     cmap = plt.get_cmap("tab10" if c <= 10 else "tab20")
     bottom = np.zeros(n)
     for label in range(c):
@@ -73,8 +73,7 @@ def save_stacked_bars(counts, path: Path, title: str, class_names: list[str] | N
     ax.set_ylabel("samples")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, ncol=1 if c <= 10 else 2, bbox_to_anchor=(1.01, 1), loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -86,7 +85,7 @@ def save_heatmap(counts, path: Path, title: str, class_names: list[str] | None =
     import matplotlib.ticker
 
     n, c = counts.shape
-    fig, ax = plt.subplots(figsize=(min(2 + 0.35 * c, 16), min(2 + 0.12 * n, 12)))
+    fig, ax = plt.subplots(figsize=(min(2 + 0.35 * c, 16), min(2 + 0.12 * n, 12)), layout="constrained")
     im = ax.imshow(counts, aspect="auto", interpolation="nearest", cmap="viridis")
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
@@ -96,9 +95,8 @@ def save_heatmap(counts, path: Path, title: str, class_names: list[str] | None =
     ax.set_ylabel("client")
     ax.set_title(title, fontsize=9)
     fig.colorbar(im, ax=ax, label="samples")
-    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -243,11 +243,17 @@ def tuning_markdown(rep: Reproduction, scale: Scale, tuning: pd.DataFrame) -> st
 DISPLAY = ["method", "group", "setting", "metric", "paper", "measured", "paper_speedup", "speedup", "n"]
 
 
-def to_markdown(table: pd.DataFrame, title: str = "") -> str:
+def display_frame(table: pd.DataFrame) -> pd.DataFrame:
+    """The columns of the comparison a reader compares (DISPLAY), as text; empty ones left out."""
     cols = [c for c in DISPLAY if c in table and (c != "setting" or (table[c] != "").any())]
     show = table[cols].astype(str)
     if "paper_speedup" in show and not (show["paper_speedup"] != "").any() and not (show["speedup"] != "").any():
         show = show.drop(columns=["paper_speedup", "speedup"])
+    return show
+
+
+def to_markdown(table: pd.DataFrame, title: str = "") -> str:
+    show = display_frame(table)
     header = "| " + " | ".join(show.columns) + " |"
     rule = "|" + "|".join("---" for _ in show.columns) + "|"
     lines = [f"### {title}", ""] if title else []

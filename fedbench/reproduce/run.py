@@ -16,9 +16,10 @@ from omegaconf import DictConfig
 from fedbench.config.compose import compose, conf_dir, group_choices_of
 from fedbench.core.errors import ConfigError, DataUnavailableError, DivergenceError, FedbenchError, report_error
 from fedbench.reproduce.entry import Arm, Claim, Reproduction, Scale
-from fedbench.reproduce.compare import (RunResult, aggregate, comparison, tie_break, to_csv_frame, to_markdown, tuning_markdown,
-                                        tuning_table, winners)
+from fedbench.reproduce.compare import (RunResult, aggregate, comparison, display_frame, tie_break, to_csv_frame, to_markdown,
+                                        tuning_markdown, tuning_table, winners)
 from fedbench.reproduce.plots import Marks, plot_figure
+from fedbench.tracking.page import Section, provenance, write_page
 
 OUTPUTS = Path("outputs") / "reproduce"
 
@@ -29,6 +30,7 @@ class Outcome:
     claims: list[Claim]
     markdown: str
     files: list[Path]
+    section: Section | None = None  # its part of a results page (tracking.page)
 
     @property
     def holds(self) -> bool:
@@ -293,7 +295,8 @@ def figure_marks(rep: Reproduction, jobs: list[Job]) -> Marks:
 
 
 def save(rep: Reproduction, scale_name: str, runs, table, claims, out: Path, stamp: str, uri: str,
-         seconds: float | None = None, tuning: pd.DataFrame | None = None, marks: Marks = Marks()) -> tuple[str, list[Path]]:
+         seconds: float | None = None, tuning: pd.DataFrame | None = None, marks: Marks = Marks(),
+         hashes: pd.DataFrame | None = None) -> tuple[str, list[Path], Section]:
     out.mkdir(parents=True, exist_ok=True)
     markdown = report(rep, scale_name, table, claims, seconds, tuning)
     files = [out / "comparison.md", out / "comparison.csv"]
@@ -306,8 +309,31 @@ def save(rep: Reproduction, scale_name: str, runs, table, claims, out: Path, sta
                          marks)
     if figure is not None:
         files.append(figure)
+    section = outcome_section(rep, scale_name, table, claims, seconds, tuning, figure, hashes)
+    files.append(write_page(out / "page.html", f"fedbench reproduce {rep.name} --scale {scale_name}", [section],
+                            provenance_rows=provenance({"MLflow store": uri, "MLflow runs": f"named {stamp}-*"})))
     log_comparison(rep, scale_name, files, claims, stamp, uri)
-    return markdown, files
+    return markdown, files, section
+
+
+def outcome_section(rep: Reproduction, scale_name: str, table: pd.DataFrame, claims: list[Claim], seconds: float | None,
+                    tuning: pd.DataFrame | None, figure: Path | None, hashes: pd.DataFrame | None) -> Section:
+    """A reproduction's part of a results page: each claim's verdict, paper vs measured, the tuning grid,
+    the figure, and the config hash of every run."""
+    scale = rep.scales[scale_name]
+    paragraphs = [f"Setting: {scale.note}"] if scale.note else []
+    if seconds is not None:
+        paragraphs.append(f"Compute: measured {seconds:.0f} s on {machine()} (catalog estimate: {scale.compute})")
+    tables = [("Paper vs measured", display_frame(table))]
+    if tuning is not None and not tuning.empty:
+        shown = tuning[[c for c in ("method", "group", "setting", "by", "shown", "chosen") if c in tuning]]
+        tables.append(("Equal tuning: every candidate and the winner per method", shown))
+    if hashes is not None and not hashes.empty:
+        tables.append(("Runs and their config hashes", hashes))
+    figures = [(f"{rep.name}: mean over seeds, band min to max", figure.read_bytes())] if figure is not None else []
+    return Section(f"{rep.name}: {rep.title} (scale {scale_name})", paragraphs, tables, figures,
+                   [(c.text, c.holds, c.detail) for c in claims],
+                   "does not hold" if scale_name == "full" else "does not hold at this scale")
 
 
 def log_comparison(rep: Reproduction, scale_name: str, files: list[Path], claims: list[Claim], stamp: str, uri: str) -> None:
@@ -341,9 +367,15 @@ def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] 
     table, claims, tuning = evaluate(rep, scale_name, runs)
     if failures:
         claims.append(Claim("every job of the grid ran to the end", False, "failed: " + "; ".join(failures)))
-    markdown, files = save(rep, scale_name, runs, table, claims, out / scale_name, stamp, uri,
-                           time.perf_counter() - started, tuning, figure_marks(rep, jobs))
-    return Outcome(table, claims, markdown, files)
+    markdown, files, section = save(rep, scale_name, runs, table, claims, out / scale_name, stamp, uri,
+                                    time.perf_counter() - started, tuning, figure_marks(rep, jobs), config_hashes(jobs))
+    return Outcome(table, claims, markdown, files, section)
+
+
+def config_hashes(jobs: list[Job]) -> pd.DataFrame:
+    from fedbench.runs.single import config_hash
+
+    return pd.DataFrame([{"arm": job.arm.slug, "seed": job.seed, "config hash": config_hash(job.cfg)} for job in jobs])
 
 
 def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: Path = OUTPUTS,
@@ -381,9 +413,25 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
     outputs.mkdir(parents=True, exist_ok=True)
     summary = outputs / f"all-{scale_name}.md"
     summary.write_text("\n".join(lines))
+    shown = [o for o in extra if not o.startswith("tracking.")]  # where it was recorded changes no number
+    command = " ".join(["fedbench reproduce all --scale", scale_name, *(["--record"] if record else []), *shown])
+    page = all_page(outputs / f"all-{scale_name}.html", scale_name, results, command)
+    echo(f"results page: {page}")
     if record:
-        shown = [o for o in extra if not o.startswith("tracking.")]  # where it was recorded changes no number
-        command = " ".join(["fedbench reproduce all --scale", scale_name, "--record", *shown])
         for path in recorded.record(scale_name, results, seconds, machine(), command):
             echo(f"recorded: {path}")
+        echo(f"recorded: {all_page(recorded.docs_path().with_suffix('.html'), scale_name, results, command)}")
     return results, summary
+
+
+def all_page(path: Path, scale_name: str, results: dict[str, Outcome | str], command: str) -> Path:
+    """One page for every reproduction of a scale: how many claims held per reproduction, then each one's
+    section (tracking.page)."""
+    overview = pd.DataFrame([{"reproduction": name, "claims that hold": result if isinstance(result, str) else
+                              f"{sum(c.holds for c in result.claims)} / {len(result.claims)}"}
+                             for name, result in results.items()])
+    sections = [Section("Overview", [f"Every reproduction with a {scale_name} scale that runs here."],
+                        [("", overview)])]
+    sections += [r.section for r in results.values() if not isinstance(r, str) and r.section is not None]
+    return write_page(path, f"fedbench reproduce all --scale {scale_name}", sections,
+                      provenance_rows=provenance({"command": command}))

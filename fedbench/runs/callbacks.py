@@ -69,8 +69,30 @@ class SweepCallback(Callback):
         from fedbench.tracking.store import resolve_tracking_uri
 
         FAILURES.extend(collect_failures(Path(config.hydra.sweep.dir)))
-        print(f"\nsweep {config.hydra.sweep.dir}: open the runs with {mlflow_hint(resolve_tracking_uri(config.tracking.get('uri')))}")
+        uri = resolve_tracking_uri(config.tracking.get("uri"))
+        print(f"\nfedbench: sweep {config.hydra.sweep.dir}: open the runs with {mlflow_hint(uri)}\n"
+              f"fedbench: its table: {report_command(config)}")
 
 
 def collect_failures(sweep_dir: Path) -> list[str]:
     return [p.read_text().strip() for p in sorted(sweep_dir.glob(f"**/{FAILED_MARKER}"))]
+
+
+def report_command(config: DictConfig) -> str:
+    """The ready-to-paste `fedbench report` of this sweep's runs (their sweep_dir tag), with the first
+    target of the config, and the first algorithm of the grid as the baseline when algorithms are swept."""
+    import shlex
+
+    sweep_dir = str(Path(config.hydra.sweep.dir).resolve())
+    args = ["fedbench report --experiment", shlex.quote(str(config.tracking.experiment)),
+            f"--filter \"tags.sweep_dir = '{sweep_dir}'\""]
+    if config.tracking.get("uri"):
+        args += ["--uri", shlex.quote(str(config.tracking.uri))]
+    targets = list(config.get("targets") or [])
+    if targets:
+        args += ["--target", f"{float(targets[0]):g}"]
+        swept = [o.split("=", 1)[1] for o in config.hydra.overrides.task if o.split("=", 1)[0] == "algorithm"]
+        first = swept[0].split(",")[0].strip() if swept else ""
+        if swept and "," in swept[0] and first.replace("_", "").replace("/", "").isalnum():
+            args += ["--baseline", first]
+    return " ".join(args)

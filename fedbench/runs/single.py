@@ -199,8 +199,8 @@ class Job:
         say(f"{cfg.algorithm.name} on {cfg.dataset.name} ({info.num_train} train / {info.num_test} test), "
             f"partition {cfg.partition.name} [{info.partition_fingerprint}], model {cfg.model.name} d={info.dim:,}, "
             f"{cfg.clients_per_round}/{cfg.num_clients} clients per round, executor {info.executor} on {info.device}")
-        if not self.quiet and sys.stderr.isatty():  # a bar on a terminal; plain lines in a log
-            from tqdm import tqdm
+        if not self.quiet and interactive():  # a bar on a terminal or in a notebook; plain lines in a log
+            from tqdm.auto import tqdm
 
             self.bar = tqdm(total=fed.rounds, initial=self.state.round, desc=self.label or "rounds", file=sys.stderr,
                             dynamic_ncols=True)
@@ -300,9 +300,18 @@ class Job:
             eval_time=state.eval_time,
             rounds=state.round,
             tracking_uri=self.recorder.uri,
+            run_dir=str(self.run_dir),
         )
         self.say.summary(format_summary(summary, self.fed.rounds, hint=not self.sweep))
         return summary
+
+
+def interactive() -> bool:
+    """Whether someone watches this process: stderr is a terminal, or it runs in a Jupyter kernel."""
+    if sys.stderr.isatty():
+        return True
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    return type(shell).__name__ == "ZMQInteractiveShell"
 
 
 def objective_value(summary: dict[str, Any], cfg: DictConfig) -> float:
@@ -361,8 +370,10 @@ class JobOutput:
         self._log(text)
 
     def summary(self, text: str) -> None:
+        """The summary on stdout; a sweep job's lines in the format of its other lines (`fedbench: [job 3] ...`)."""
+        lead = f"fedbench: {self.prefix}" if self.prefix else ""
         if not self.quiet:
-            print("\n".join(f"{self.prefix}{line}" if line else line for line in text.splitlines()), flush=True)
+            print("\n".join(f"{lead}{line}" if line else line for line in text.splitlines()), flush=True)
         self._log(text)
 
 
@@ -377,6 +388,10 @@ def format_summary(summary: dict[str, Any], rounds: int, hint: bool = True) -> s
     evaluation = f", evaluation {summary['eval_time']:.1f} s more" if summary.get("eval_time") else ""
     lines.append(f"wall time            {summary['wall_time']:.1f} s ({summary['rounds']} rounds){evaluation}")
     lines.append(f"MLflow run           {summary['run_id']}")
+    if summary.get("run_dir"):  # what `fedbench resume` takes, and where the checkpoint is
+        lines.append(f"run folder           {summary['run_dir']}")
+    if summary.get("artifacts"):
+        lines.append(f"artifacts            {', '.join(summary['artifacts'])} in {summary.get('artifact_uri', '')}")
     if hint:  # a sweep says it once, at its end
         lines.append(f"open with            {mlflow_hint(summary.get('tracking_uri', ''))}")
     return "\n".join(lines)

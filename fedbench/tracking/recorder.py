@@ -37,8 +37,20 @@ def flatten_config(cfg: DictConfig) -> dict[str, str]:
     return out
 
 
-def readable_run_name(cfg: DictConfig) -> str:
-    """`fedavg-fmnist-dir0.1-s0`: algorithm, data set, partition (with its skew parameter), seed."""
+# overrides the base of a run's name says already, and those that only place a run
+NAMED = ("algorithm", "dataset", "partition", "seed", "tracking.", "hydra.", "engine.", "data.", "resume", "experiment",
+         "scale")
+
+
+def readable_run_name(cfg: DictConfig, overrides: str = "") -> str:
+    """`fedavg-fmnist-dir0.1-s0`: algorithm, data set, partition (with its skew parameter), seed; then the
+    run's other overrides (`eta_l=0.1 rounds=50`), so that the jobs of a grid have names of their own."""
+    base = _base_name(cfg)
+    extra = [o for o in overrides.split() if "=" in o and not o.lstrip("+~").startswith(NAMED)]
+    return " ".join([base, *extra])[:250]
+
+
+def _base_name(cfg: DictConfig) -> str:
     partition = str(cfg.partition.name)
     short = {"dirichlet": "dir", "dirichlet_balanced": "dirbal", "quantity_skew": "qskew", "label_k": "labels",
              "shards": "shards", "c_noniid": "c"}.get(partition, partition)
@@ -65,14 +77,34 @@ def tags_of(run) -> dict[str, str]:
     return dict(run.data.tags)
 
 
+def package_version() -> str:
+    """The installed fedbench's version (its distribution's metadata); the package's own where it is not
+    installed (a checkout on PYTHONPATH)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fedbench-bench")
+    except PackageNotFoundError:
+        import fedbench
+
+        return fedbench.__version__
+
+
 def git_commit() -> str:
+    """The commit of the source checkout fedbench runs from; 'unknown' for an installed wheel (whose
+    folder may lie inside another repository: only the checkout's own .git counts)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return "unknown"
     try:
         return subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-            cwd=Path(__file__).resolve().parent,
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=root,
         ).stdout.strip() or "unknown"
     except Exception:
         return "unknown"
+
+
+VERSION_KEY = "fedbench_version"  # a tag and a param of every run
 
 
 def store_call(method):
@@ -198,16 +230,17 @@ class Recorder:
             return run_id
         from mlflow.utils import mlflow_tags
 
-        commit = git_commit()  # one `git rev-parse` for both tags
+        commit, version = git_commit(), package_version()  # one `git rev-parse` for both tags
         source = {mlflow_tags.MLFLOW_SOURCE_NAME: "fedbench run", mlflow_tags.MLFLOW_SOURCE_TYPE: "LOCAL",
-                  mlflow_tags.MLFLOW_USER: _user(), mlflow_tags.MLFLOW_GIT_COMMIT: commit}
-        name = self.cfg.tracking.get("run_name") or readable_run_name(self.cfg)
+                  mlflow_tags.MLFLOW_USER: _user(), VERSION_KEY: version}
+        if commit != "unknown":  # a checkout; an installed wheel has its version only
+            source[mlflow_tags.MLFLOW_GIT_COMMIT] = source["git_commit"] = commit
+        name = redact(self.cfg.tracking.get("run_name") or readable_run_name(self.cfg, tags.get("overrides", "")))
         run = self.client.create_run(self.experiment_id, run_name=name, tags=_public({**source, **tags}))
         self.run_id = run.info.run_id
-        params = [Param(k, v) for k, v in flatten_config(self.cfg).items()]
+        params = [Param(k, v) for k, v in {**flatten_config(self.cfg), VERSION_KEY: version}.items()]
         for i in range(0, len(params), 100):
             self.client.log_batch(self.run_id, params=params[i : i + 100])
-        self.client.log_batch(self.run_id, tags=[RunTag("git_commit", commit)])
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "config.yaml"
             path.write_text(redact(OmegaConf.to_yaml(self.cfg, resolve=True)))
@@ -267,6 +300,7 @@ class Recorder:
             if reached is not None and key not in logged:
                 self.client.log_batch(self.run_id, metrics=[Metric(key, reached, int(time.time() * 1000), 0)])
         summary["rounds_to_target"] = targets
+        artifact_names = ["config.yaml"]
         if artifacts and history:
             frame = pd.DataFrame(history)
             with tempfile.TemporaryDirectory() as tmp:
@@ -274,8 +308,12 @@ class Recorder:
                 frame.to_csv(csv, index=False)
                 self.client.log_artifact(self.run_id, str(csv))
                 png = plot_curves(frame, Path(tmp) / "curves.png", setting_title(self.cfg))
+                artifact_names.append(csv.name)
                 if png is not None:
                     self.client.log_artifact(self.run_id, str(png))
+                    artifact_names.append(png.name)
+        summary["artifacts"] = artifact_names
+        summary["artifact_uri"] = self.client.get_run(self.run_id).info.artifact_uri
         self.client.set_terminated(self.run_id, status=status)
         return summary
 

@@ -257,12 +257,11 @@ def _import_pyplot() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(2, 2))
+    fig, ax = plt.subplots(figsize=(2, 2), layout="constrained")
     ax.plot([0, 1], [0, 1])
     ax.set_xlabel("round")
     fig.suptitle("warm-up")
-    fig.tight_layout()
-    fig.savefig(io.BytesIO(), format="png", dpi=30)
+    fig.savefig(io.BytesIO(), format="png", dpi=30, bbox_inches="tight")
     plt.close(fig)
 
 
