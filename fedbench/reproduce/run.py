@@ -16,8 +16,8 @@ from omegaconf import DictConfig
 from fedbench.config.compose import compose, conf_dir, group_choices_of
 from fedbench.core.errors import ConfigError, DataUnavailableError, DivergenceError, FedbenchError, report_error
 from fedbench.reproduce.entry import Arm, Claim, Reproduction, Scale
-from fedbench.reproduce.compare import (RunResult, aggregate, comparison, tie_break, to_csv_frame, to_markdown, tuning_markdown,
-                                        tuning_table, winners)
+from fedbench.reproduce.compare import (COLLAPSE_RULE, RunResult, aggregate, comparison, over_seeds, seeds_needed, tie_break,
+                                        to_csv_frame, to_markdown, tuning_markdown, tuning_table, winners)
 from fedbench.reproduce.plots import Marks, plot_figure
 
 OUTPUTS = Path("outputs") / "reproduce"
@@ -231,19 +231,43 @@ def tracking_uri(extra: tuple[str, ...]) -> str:
 
 def evaluate(rep: Reproduction, scale_name: str, runs: list[RunResult]) -> tuple[pd.DataFrame, list[Claim], pd.DataFrame]:
     """The comparison (of each tuned method's winner), the claims judged on it, and the tuning grid (empty when
-    nothing is tuned)."""
+    nothing is tuned). With several seeds each claim is judged on the seeds' mean and on every seed alone
+    (compare.over_seeds); the winners are those of the mean, on every seed."""
     scale = rep.scales[scale_name]
-    measured = aggregate(rep, runs, (tie_break(),) if scale.tune else ())
+    extra = (tie_break(),) if scale.tune else ()
+    measured = aggregate(rep, runs, extra)
     tuning = tuning_table(rep, scale, measured)
-    table = comparison(rep, winners(measured, tuning)[lambda f: f["metric"] != tie_break().name], scale.paper_groups)
+
+    def judged(measured_runs: pd.DataFrame) -> tuple[pd.DataFrame, list[Claim]]:
+        table = comparison(rep, winners(measured_runs, tuning)[lambda f: f["metric"] != tie_break().name], scale.paper_groups)
+        return table, judge(rep, table, scale_name)
+
+    table, claims = judged(measured)
+    seed_ids = sorted({r.seed for r in runs})
+    broken = len(claims) == 1 and claims[0].detail.startswith(CHECK_FAILED)
+    if len(seed_ids) > 1 and not broken:  # a check that cannot run on the mean is reported once, as it failed
+        claims = over_seeds(claims, {s: judged(aggregate(rep, [r for r in runs if r.seed == s], extra))[1] for s in seed_ids})
+    return table, claims, tuning
+
+
+CHECK_FAILED = ("missing measurement: ", "the claim check failed with ")
+
+
+def judge(rep: Reproduction, table: pd.DataFrame, scale_name: str) -> list[Claim]:
+    """The entry's claims on one comparison table; a check that cannot read a cell is a failed claim."""
     try:
-        claims = rep.check(table, scale_name)
+        return rep.check(table, scale_name)
     except KeyError as exc:  # a cell the check needs was not measured (a failed arm)
-        claims = [Claim(rep.claim, False, f"missing measurement: {exc}")]
+        return [Claim(rep.claim, False, f"missing measurement: {exc}")]
     except Exception as exc:  # noqa: BLE001 - a check that breaks on odd results is a failed claim, not a traceback
         first = (str(exc).strip().splitlines() or [""])[0]
-        claims = [Claim(rep.claim, False, f"the claim check failed with {type(exc).__name__}: {first}".rstrip(": "))]
-    return table, claims, tuning
+        return [Claim(rep.claim, False, f"the claim check failed with {type(exc).__name__}: {first}".rstrip(": "))]
+
+
+def collapses(table: pd.DataFrame) -> list[str]:
+    """One line per arm and target with a collapsed seed (compare.COLLAPSE_RULE)."""
+    rows = table[table["collapse"] != ""] if "collapse" in table else table.iloc[0:0]
+    return [f"- {r.method} [{r.group}] {r.metric}: {r.collapse} ({r.after_target})" for r in rows.itertuples()]
 
 
 def machine() -> str:
@@ -259,13 +283,23 @@ def report(rep: Reproduction, scale_name: str, table: pd.DataFrame, claims: list
            tuning: pd.DataFrame | None = None) -> str:
     scale = rep.scales[scale_name]
     lines = [f"## {rep.name} — {rep.title} (scale {scale_name})", ""]
+    if rep.quote:
+        lines += [f"Paper: {rep.quote}", ""]
     if scale.note:
         lines += [f"Setting: {scale.note}", ""]
     if seconds is not None:  # the catalog's figure is an estimate; this is what the grid took here
         lines += [f"Compute: measured {seconds:.0f} s on {machine()} (catalog estimate: {scale.compute})", ""]
     if tuning is not None and not tuning.empty:
         lines += [tuning_markdown(rep, scale, tuning), ""]
-    lines += [to_markdown(table), "", "Claims:"]
+    n = len(scale.seeds)
+    lines += [to_markdown(table), ""]
+    if "after_target" in table and (table["after_target"] != "").any():
+        lines += [f"After the target round: each rounds-to-target's final and worst value over the seeds that reached it; "
+                  f"{COLLAPSE_RULE}."]
+        lines += (["Collapses:", *collapses(table)] if collapses(table) else ["No run collapsed."]) + [""]
+    lines += [f"Claims (judged on {n} seed{'s' if n > 1 else ''}"
+              + (f": a claim holds on the mean and on at least {seeds_needed(n)} of the {n} seeds" if n > 1 else
+                 ": one seed, the verdict may move with float rounding") + "):"]
     lines += [claim_line(c, scale_name) for c in claims]
     return "\n".join(lines)
 
@@ -275,7 +309,8 @@ def claim_line(claim: Claim, scale_name: str) -> str:
     measured it and it did not hold, which is a result, not an error."""
     verdict = "" if claim.holds or scale_name == "full" else "does not hold at this scale: "
     detail = f" ({verdict}{claim.detail})" if claim.detail else (f" ({verdict.rstrip(': ')})" if verdict else "")
-    return f"- [{'x' if claim.holds else ' '}] {claim.text}{detail}"
+    narrower = f" NARROWER THAN THE PAPER: {claim.narrower}." if claim.narrower else ""
+    return f"- [{'x' if claim.holds else ' '}] {claim.text}{narrower}{detail}"
 
 
 def figure_marks(rep: Reproduction, jobs: list[Job]) -> Marks:
