@@ -383,10 +383,20 @@ def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] 
     return Outcome(table, claims, markdown, files)
 
 
+def timed_reproduction(name: str, scale_name: str, extra: tuple[str, ...], outputs: Path) -> tuple[Outcome, float]:
+    """One entry by name (in a worker process of `reproduce_all(jobs=...)`) and the seconds it took."""
+    from fedbench.reproduce.catalog import load_catalog
+
+    started = time.perf_counter()
+    outcome = reproduce(load_catalog()[name], scale_name, extra, outputs)
+    return outcome, time.perf_counter() - started
+
+
 def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: Path = OUTPUTS,
-                  echo=print, record: bool = False) -> tuple[dict[str, Outcome | str], Path]:
-    """Every reproduction with this scale that can run here, one after the other; the others are listed
-    with the reason. Returns {name: outcome or why it did not run} and the summary file (Markdown).
+                  echo=print, record: bool = False, jobs: int = 1) -> tuple[dict[str, Outcome | str], Path]:
+    """Every reproduction with this scale that can run here, one after the other (jobs > 1: that many at once,
+    each in a worker process of its own); the others are listed with the reason. Returns {name: outcome or why
+    it did not run} and the summary file (Markdown).
     record: also write the outcome as the catalog's record and docs/results.md (reproduce.results)."""
     from fedbench.reproduce.catalog import load_catalog
     from fedbench.reproduce import results as recorded
@@ -395,6 +405,7 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
         recorded.docs_path()  # a checkout to record into, checked before hours of training
     results: dict[str, Outcome | str] = {}
     seconds: dict[str, float] = {}
+    runnable = []
     for rep in load_catalog().values():
         if scale_name not in rep.scales:
             continue
@@ -402,14 +413,31 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
         if lacking:
             results[rep.name] = f"not run: missing {', '.join(lacking)}"
             continue
+        results[rep.name] = "not run"  # the catalog's order, filled in below
+        runnable.append(rep.name)
+    if jobs > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            # one MLflow store per entry unless the command names one: SQLite takes one writer at a time
+            own = any(o.startswith("tracking.uri=") for o in extra)
+            stores = {name: () if own else (f"tracking.uri=sqlite:///{(outputs / name).resolve()}/mlflow.db",) for name in runnable}
+            for name in runnable:
+                (outputs / name).mkdir(parents=True, exist_ok=True)
+            futures = {name: pool.submit(timed_reproduction, name, scale_name, (*extra, *stores[name]), outputs)
+                       for name in runnable}
+            done = {name: future.exception() or future.result() for name, future in futures.items()}
+    for name in runnable:
         try:
-            echo(f"[reproduce all] {rep.name} --scale {scale_name}")
-            started = time.perf_counter()
-            results[rep.name] = reproduce(rep, scale_name, extra, outputs)
-            seconds[rep.name] = time.perf_counter() - started
-            echo("\n".join(line for line in results[rep.name].markdown.splitlines() if line.startswith("- [")))
+            echo(f"[reproduce all] {name} --scale {scale_name}")
+            outcome = done[name] if jobs > 1 else timed_reproduction(name, scale_name, extra, outputs)
+            if isinstance(outcome, BaseException):
+                raise outcome
+            results[name], seconds[name] = outcome
+            echo("\n".join(line for line in results[name].markdown.splitlines() if line.startswith("- [")))
         except (ConfigError, DataUnavailableError) as err:
-            results[rep.name] = f"not run: {err}"
+            results[name] = f"not run: {err}"
     lines = [f"# fedbench reproduce all --scale {scale_name}", "", "| reproduction | claims that hold |", "|---|---|"]
     for name, result in results.items():
         held = result if isinstance(result, str) else f"{sum(c.holds for c in result.claims)} / {len(result.claims)}"
@@ -420,7 +448,8 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
     summary.write_text("\n".join(lines))
     if record:
         shown = [o for o in extra if not o.startswith("tracking.")]  # where it was recorded changes no number
-        command = " ".join(["fedbench reproduce all --scale", scale_name, "--record", *shown])
+        command = " ".join(["fedbench reproduce all --scale", scale_name, "--record", *([f"--jobs {jobs}"] if jobs > 1 else []),
+                            *shown])
         for path in recorded.record(scale_name, results, seconds, machine(), command):
             echo(f"recorded: {path}")
     return results, summary
