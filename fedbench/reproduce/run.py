@@ -270,17 +270,18 @@ def collapses(table: pd.DataFrame) -> list[str]:
     return [f"- {r.method} [{r.group}] {r.metric}: {r.collapse} ({r.after_target})" for r in rows.itertuples()]
 
 
-def machine() -> str:
-    """What a measured compute time ran on: 'a 2-core CPU' or the GPU's name."""
+def machine(extra: tuple[str, ...] = ()) -> str:
+    """What a measured compute time ran on: 'a 2-core CPU' or the GPU's name (the CPU when the command sets
+    engine.device=cpu on a machine with a GPU)."""
     import torch
 
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and "engine.device=cpu" not in extra:
         return f"{torch.cuda.get_device_name(0)} ({os.cpu_count()} CPU cores)"
     return f"a {os.cpu_count()}-core CPU"
 
 
 def report(rep: Reproduction, scale_name: str, table: pd.DataFrame, claims: list[Claim], seconds: float | None = None,
-           tuning: pd.DataFrame | None = None) -> str:
+           tuning: pd.DataFrame | None = None, where: str | None = None) -> str:
     scale = rep.scales[scale_name]
     lines = [f"## {rep.name} — {rep.title} (scale {scale_name})", ""]
     if rep.quote:
@@ -288,7 +289,7 @@ def report(rep: Reproduction, scale_name: str, table: pd.DataFrame, claims: list
     if scale.note:
         lines += [f"Setting: {scale.note}", ""]
     if seconds is not None:  # the catalog's figure is an estimate; this is what the grid took here
-        lines += [f"Compute: measured {seconds:.0f} s on {machine()} (catalog estimate: {scale.compute})", ""]
+        lines += [f"Compute: measured {seconds:.0f} s on {where or machine()} (catalog estimate: {scale.compute})", ""]
     if tuning is not None and not tuning.empty:
         lines += [tuning_markdown(rep, scale, tuning), ""]
     n = len(scale.seeds)
@@ -328,9 +329,10 @@ def figure_marks(rep: Reproduction, jobs: list[Job]) -> Marks:
 
 
 def save(rep: Reproduction, scale_name: str, runs, table, claims, out: Path, stamp: str, uri: str,
-         seconds: float | None = None, tuning: pd.DataFrame | None = None, marks: Marks = Marks()) -> tuple[str, list[Path]]:
+         seconds: float | None = None, tuning: pd.DataFrame | None = None, marks: Marks = Marks(),
+         where: str | None = None) -> tuple[str, list[Path]]:
     out.mkdir(parents=True, exist_ok=True)
-    markdown = report(rep, scale_name, table, claims, seconds, tuning)
+    markdown = report(rep, scale_name, table, claims, seconds, tuning, where)
     files = [out / "comparison.md", out / "comparison.csv"]
     files[0].write_text(markdown + "\n")
     to_csv_frame(table, tuning).to_csv(files[1], index=False)
@@ -379,7 +381,7 @@ def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] 
     if failures:
         claims.append(Claim("every job of the grid ran to the end", False, "failed: " + "; ".join(failures)))
     markdown, files = save(rep, scale_name, runs, table, claims, out / scale_name, stamp, uri,
-                           time.perf_counter() - started, tuning, figure_marks(rep, jobs))
+                           time.perf_counter() - started, tuning, figure_marks(rep, jobs), machine(extra))
     return Outcome(table, claims, markdown, files)
 
 
@@ -450,6 +452,6 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
         shown = [o for o in extra if not o.startswith("tracking.")]  # where it was recorded changes no number
         command = " ".join(["fedbench reproduce all --scale", scale_name, "--record", *([f"--jobs {jobs}"] if jobs > 1 else []),
                             *shown])
-        for path in recorded.record(scale_name, results, seconds, machine(), command):
+        for path in recorded.record(scale_name, results, seconds, machine(extra), command):
             echo(f"recorded: {path}")
     return results, summary
