@@ -18,12 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
 from fedbench.core.types import ClientStateSpec, Cohort, Setting, State
 from fedbench.algorithms.base import EXTRAS, Algorithm
-from fedbench.algorithms.common import local_sgd, weighted_mean
+from fedbench.algorithms.common import check_hetero_schedule, local_sgd, weighted_mean, with_hetero_epochs
 from fedbench.algorithms.losac import draw_blocks, make_regularizer
 from fedbench.algorithms.prox import REGULARIZERS
 from fedbench.algorithms.registry import register
@@ -32,7 +31,6 @@ from fedbench.core.errors import ConfigError, check, unknown_choice
 LOCAL_INITS = ("global", "local")
 SERVER_STEPS = ("eta", "participation")
 GRAD_SCALES = ("inv_N", "one")
-_EPOCH_TAG = 12  # the stream of E_i draws (shared by every algorithm with system heterogeneity)
 
 
 def _switch(name: str, value) -> tuple[int, float] | None:
@@ -48,14 +46,6 @@ def _switch(name: str, value) -> tuple[int, float] | None:
 
 def _scheduled(value: float, switch: tuple[int, float] | None, round_: int) -> float:
     return value if switch is None or round_ < switch[0] else switch[1]
-
-
-def heterogeneous_epochs(work) -> Tensor:
-    """E_i ~ Uniform{1..E} per client and round (fedadmm.md §2.5; E = the configured local_epochs)."""
-    if work.epochs is None:
-        raise ConfigError("hetero_epochs=true draws E_i from {1..local_epochs}: set local_epochs (not local_steps)")
-    E = work.epochs.to(torch.float64)
-    return (work.uniform(_EPOCH_TAG) * E).long().minimum(E.long() - 1) + 1
 
 
 @register("fedadmm", "FedADMM (Gong et al. 2022): local SGD on the augmented Lagrangian, persistent duals")
@@ -84,11 +74,7 @@ class FedADMM(Algorithm):
             raise unknown_choice("algorithm.server_step", self.server_step, SERVER_STEPS)
 
     def validate_schedule(self, local_steps: int | None, local_epochs: int | None) -> None:
-        if self.hetero_epochs and local_epochs is None:
-            raise ConfigError(
-                f"algorithm.hetero_epochs=true draws E_i from {{1..local_epochs}}, but local_epochs=null "
-                f"(local_steps={local_steps}): set local_epochs=E, or algorithm.hetero_epochs=false"
-            )
+        check_hetero_schedule(self.hetero_epochs, local_steps, local_epochs)
 
     def rho_at(self, round_: int) -> float:
         return _scheduled(self.rho, self._rho_switch, round_)
@@ -108,8 +94,7 @@ class FedADMM(Algorithm):
 
     def client_update(self, down: State, client: State, work) -> tuple[State, State]:
         theta, y, rho = down["x"], client["y"], self.rho_at(work.round)  # A16: one rho for the whole round
-        if self.hetero_epochs:
-            work = work.with_epochs(heterogeneous_epochs(work))
+        work = with_hetero_epochs(work, self.hetero_epochs)
         w_start = client["w"] if self.local_init == "local" else theta.expand(work.num_clients, -1)
 
         def direction(t, W, G, batch):

@@ -9,10 +9,10 @@ import torch
 from tests.conftest import advance, build
 from tests.problems import LEAST_SQUARES, max_curvature
 from fedbench.algorithms import load_all
-from fedbench.algorithms.fedadmm import heterogeneous_epochs
+from fedbench.algorithms.common import heterogeneous_epochs
 from fedbench.engine.local import LocalWork
 from fedbench.engine.loop import initial_state, run_round
-from fedbench.core.streams import sample_cohort
+from fedbench.core.streams import TAG_ALGO, sample_cohort, uniform
 from fedbench.core.errors import ConfigError
 
 LSTSQ = [*LEAST_SQUARES, "clients_per_round=3", "batch_size=8", "local_epochs=3", "eta_l=0.02"]
@@ -71,6 +71,56 @@ def test_fedadmm_without_duals_is_the_registered_fedprox_bit_for_bit():
     a = final_x(*common, "algorithm=fedadmm", "algorithm.dual_update=false", "algorithm.rho=0.3")
     b = final_x(*LSTSQ, "algorithm=fedprox", "algorithm.mu=0.3")
     assert torch.equal(a, b)
+
+
+def _fedprox_by_hand(fed, rounds, mu, lr, momentum, E, hetero):
+    """FedProx written out client by client (Li et al. eq. 2 under torch.optim.SGD(momentum), from theta;
+    theta = mean w_i). hetero: client i of round r runs E_i = 1 + floor(E u) epochs, u the uniform of the
+    algorithms' stream (seed, r, i, TAG_ALGO, 12), the one FedADMM draws its E_i from; else E epochs.
+    Returns theta and the epochs each client ran."""
+    theta, ran = fed.x0.clone(), []
+    for r in range(rounds):
+        ids = torch.as_tensor(sample_cohort(fed.seed, r, 8, 3))
+        work = LocalWork(fed.clients, ids, r, lr, 8, torch.full((3,), E), None)  # batches of epochs 1..E
+        epochs = (uniform(fed.seed, r, ids, TAG_ALGO, 12) * E).floor().long() + 1 if hetero else torch.full((3,), E)
+        models = []
+        for k in range(3):
+            ran.append(int(epochs[k]))
+            w = theta.clone().requires_grad_(True)
+            opt = torch.optim.SGD([w], lr=lr, momentum=momentum)
+            for t in range(int(epochs[k] * work.steps_per_epoch[k])):
+                b = work.batch(t)
+                g, _ = work.grad(w.detach()[None], type(b)(b.x[k : k + 1], b.y[k : k + 1], b.w[k : k + 1]))
+                w.grad = g[0] + mu * (w.detach() - theta)
+                opt.step()
+            models.append(w.detach())
+        theta = torch.stack(models).mean(0)
+    return theta, ran
+
+
+def test_fedprox_hetero_epochs_runs_each_client_its_own_E_i_from_fedadmm_stream():
+    """issue 36: the FedADMM paper (§V-A) gives FedProx FedADMM's E_i ~ U{1..E}: client i runs exactly E_i
+    epochs, the E_i of FedADMM under the same seed (FedADMM without duals is then FedProx bit for bit)."""
+    mu, m, lr, R = 0.3, 0.5, 0.02, 3
+    prox = [*LSTSQ, "algorithm=fedprox", f"algorithm.mu={mu}", f"local_momentum={m}"]
+    fed = build(*prox, "algorithm.hetero_epochs=true")
+    x = advance(fed, initial_state(fed), R).server["x"]
+    theta, ran = _fedprox_by_hand(fed, R, mu, lr, m, 3, hetero=True)
+    assert torch.allclose(x, theta, rtol=0, atol=1e-12)
+    assert len(set(ran)) > 1  # unequal work: the test would see fixed epochs
+    admm = final_x(*LSTSQ, "algorithm=fedadmm", "algorithm.dual_update=false", f"algorithm.rho={mu}",
+                   f"local_momentum={m}", "algorithm.hetero_epochs=true", rounds=R)
+    assert torch.equal(x, admm)  # the same E_i: one stream for both algorithms
+    fixed, _ = _fedprox_by_hand(fed, R, mu, lr, m, 3, hetero=False)
+    assert torch.allclose(final_x(*prox, rounds=R), fixed, rtol=0, atol=1e-12)  # the default: a fixed E
+    assert not torch.allclose(x, fixed, rtol=0, atol=1e-6)
+
+
+def test_fedprox_with_mu_zero_and_fixed_epochs_is_fedavg_bit_for_bit():
+    assert torch.equal(final_x(*LSTSQ, "algorithm=fedprox", "algorithm.mu=0", "algorithm.hetero_epochs=false"),
+                       final_x(*LSTSQ, "algorithm=fedavg"))
+    with pytest.raises(ConfigError, match="local_epochs=null"):
+        build(*LSTSQ, "local_epochs=null", "local_steps=3", "algorithm=fedprox", "algorithm.hetero_epochs=true")
 
 
 def test_fedadmm_with_rho_zero_no_duals_fixed_epochs_is_fedavg_bit_for_bit():
