@@ -9,7 +9,7 @@ averaging, no evaluation during the timed rounds:
           epoch is a step of 50 and a step of 10
   mlp_2nn / cnn, unequal clients: 100 clients of all 60,000 images split by Dirichlet(0.1) labels
           (mlp100dir, cnn100dir) or log-normal sizes, sigma 1 (mlp100qs), 10 per round: one epoch
-          is 1 to ~100 steps of 50
+          is 1 to ~100 steps of 50; mlp1000dir: 1,000 Dirichlet(0.1) clients, 100 per round
 
 Frameworks, each in its own process (start-up = process launch to the start of round 1):
 
@@ -22,11 +22,16 @@ Frameworks, each in its own process (start-up = process launch to the start of r
   bare      a bare vmap'd training loop (scripts/bench_engine.py) on the same shapes: the
             kernel-only bound, timed in the orchestrating process
 
-Fairness: all start from the same initial weights (fedbench's seeded model), train the cohorts
-of fedbench.core.streams.sample_cohort, and visit each client's samples in the order that
-fedbench.engine.local.LocalWork.batch gives (the peers' shuffling is replaced by that order).
-Checks: every framework's round-1 global model equals `seq`'s to 1e-4 (max abs), and test
-accuracies after the last round agree within 0.5 points.
+Fairness: all run the same computation. They start from the same initial weights (fedbench's
+seeded model), train the cohorts of fedbench.core.streams.sample_cohort, visit each client's
+samples in the order that fedbench.engine.local.LocalWork.batch gives (the peers' shuffling is
+replaced by that order), and average the cohort's models uniformly (fedbench's default
+`aggregation=uniform`; Flower's FedAvg would weight by examples: its clients report a weight of 1
+under the key the strategy weights by). Checks: every framework's round-1 global model equals
+`seq`'s to 1e-4 (max abs), and test accuracies after the last round agree within 0.5 points.
+Each framework runs --runs times, the frameworks interleaved (run k of every framework before
+run k+1 of any, the order rotated each time) so that a change of load hits them alike; a row is
+the median over runs of each run's median seconds per round.
 
     PYTHONPATH=. /tmp/peers/bin/python scripts/bench_peers.py [--workloads mlp100,cnn100,mlp1000]
         [--frameworks fedbench,seq,flower,pfl] [--rounds 30] [--pfl-python /tmp/pflenv/bin/python]
@@ -61,6 +66,7 @@ WORKLOADS = {
     "mlp100dir": dict(model="mlp_2nn", num_clients=100, cohort=10, partition=["partition=dirichlet", "partition.alpha=0.1"]),
     "mlp100qs": dict(model="mlp_2nn", num_clients=100, cohort=10, partition=["partition=quantity_skew", "partition.sigma=1.0"]),
     "cnn100dir": dict(model="cnn", num_clients=100, cohort=10, partition=["partition=dirichlet", "partition.alpha=0.1"]),
+    "mlp1000dir": dict(model="mlp_2nn", num_clients=1000, cohort=100, partition=["partition=dirichlet", "partition.alpha=0.1"]),
 }
 BATCH, LR, SEED = 50, 0.05, 0
 TIMED_FROM = 6  # rounds 1..5 are warm-up
@@ -211,6 +217,7 @@ def run_seq(workload: dict, rounds: int) -> dict:
 
 
 _ACTOR: dict = {}  # per Ray worker process: the federation, loaded once
+UNIFORM_KEY = "uniform-weight"
 
 
 def _flower_train(msg, context):
@@ -226,7 +233,8 @@ def _flower_train(msg, context):
     (batches,) = client_batches(fed, r, [cid])
     sd = train_client(module, msg.content["arrays"].to_torch_state_dict(), fed.clients.x, fed.clients.y, batches, fed.eta_l)
     n = int(fed.clients.size[cid])
-    content = RecordDict({"arrays": ArrayRecord(sd), "metrics": MetricRecord({"num-examples": n})})
+    # uniform averaging, as seq and fedbench (aggregation=uniform): every reply weighs 1
+    content = RecordDict({"arrays": ArrayRecord(sd), "metrics": MetricRecord({"num-examples": n, UNIFORM_KEY: 1})})
     return Message(content, reply_to=msg)
 
 
@@ -242,14 +250,15 @@ def run_flower(workload: dict, rounds: int) -> dict:
     fed, _ = federation(workload, rounds)
     module = fed.flat.module
     torch.nn.utils.vector_to_parameters(fed.x0.clone(), module.parameters())
-    clock, result = Clock(), {}
+    clock, result, grid_nodes = Clock(), {}, []
 
     class CohortFedAvg(FedAvg):
         """FedAvg sending round r's fedbench cohort; node k of the sorted node ids serves client k."""
 
         def configure_train(self, server_round, arrays, config, grid):
             clock.tick()
-            nodes = sorted(grid.get_node_ids())
+            grid_nodes[:] = grid.get_node_ids()
+            nodes = sorted(grid_nodes)
             messages = []
             for cid in cohort(fed, server_round - 1):
                 conf = ConfigRecord({"server-round": server_round, "cid": cid, "workload": json.dumps(workload)})
@@ -258,6 +267,10 @@ def run_flower(workload: dict, rounds: int) -> dict:
             return messages
 
         def aggregate_train(self, server_round, replies):
+            # the cohort's order, as seq sums it (replies arrive as the workers finish)
+            nodes = sorted(grid_nodes)
+            position = {nodes[cid]: k for k, cid in enumerate(cohort(fed, server_round - 1))}
+            replies = sorted(replies, key=lambda reply: position[reply.metadata.src_node_id])
             arrays, metrics = super().aggregate_train(server_round, replies)
             if server_round == 1:
                 result["round1"] = to_vector(arrays.to_torch_state_dict())
@@ -269,7 +282,7 @@ def run_flower(workload: dict, rounds: int) -> dict:
     def main(grid, context):
         while len(list(grid.get_node_ids())) < fed.clients.num_clients:  # nodes still registering
             time.sleep(0.05)
-        strategy = CohortFedAvg(fraction_evaluate=0.0)
+        strategy = CohortFedAvg(fraction_evaluate=0.0, weighted_by_key=UNIFORM_KEY)
         out = strategy.start(grid=grid, initial_arrays=ArrayRecord(module.state_dict()), num_rounds=rounds)
         clock.end = time.time()
         result["final"] = to_vector(out.arrays.to_torch_state_dict())
@@ -356,13 +369,14 @@ RUNNERS = {"fedbench": run_fedbench, "seq": run_seq, "flower": run_flower, "pfl"
 
 
 # -- the orchestrator -------------------------------------------------------------------------------
-def run_child(framework: str, workload: str, rounds: int, python: str) -> dict:
+def run_child(framework: str, workload: str, rounds: int, python: str, threads: int) -> dict:
     """Runs one framework in a fresh process; start-up is launch to the start of round 1."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         here = Path(__file__).resolve().parent
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent), str(here), os.environ.get("PYTHONPATH", "")])}
-        cmd = [python, __file__, "--child", framework, "--workloads", workload, "--rounds", str(rounds), "--out", str(out)]
+        cmd = [python, __file__, "--child", framework, "--workloads", workload, "--rounds", str(rounds), "--out", str(out),
+               "--threads", str(threads)]
         launched = time.time()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -373,6 +387,30 @@ def run_child(framework: str, workload: str, rounds: int, python: str) -> dict:
         result["round1"] = torch.load(out.with_suffix(".pt"), weights_only=True)
     result["startup"] = result.pop("first_round_at") - launched
     return result
+
+
+def interleaved_runs(frameworks: list[str], run, runs: int) -> dict[str, list[dict]]:
+    """`runs` results per framework, run k of every framework before run k+1 of any, the order
+    rotated each time (a load change during one pass hits every framework, and none always runs first)."""
+    results: dict[str, list[dict]] = {fw: [] for fw in frameworks}
+    for k in range(runs):
+        for fw in frameworks[k % len(frameworks):] + frameworks[: k % len(frameworks)]:
+            results[fw].append(run(fw))
+    return results
+
+
+def combined(results: list[dict]) -> dict:
+    """One row from a framework's runs: the median over runs of each run's seconds per round (and
+    start-up); the models and accuracy of its first run (every run trains the same rounds). A
+    failed run fails the row."""
+    failed = [r for r in results if "error" in r]
+    if failed:
+        return failed[0]
+    row = dict(results[0])
+    row["seconds"] = statistics.median(median_timed(r) for r in results)
+    row["startup"] = statistics.median(r["startup"] for r in results)
+    row["runs"] = len(results)
+    return row
 
 
 def bare_seconds(workload: str, repeats: int) -> float:
@@ -406,10 +444,14 @@ def main() -> None:
     parser.add_argument("--rounds", default="30", help="rounds per run; or per workload: mlp100=30,mlp1000=10")
     parser.add_argument("--flower-rounds", type=int, default=0, help="cap Flower's rounds (it is slow); 0: no cap")
     parser.add_argument("--pfl-python", default=sys.executable, help="interpreter of pfl's virtual env")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each framework, interleaved; rows are medians")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads in every framework (0: torch's default)")
     parser.add_argument("--repeats", type=int, default=10, help="timed repeats of the bare loop")
     parser.add_argument("--child", choices=FRAMEWORKS, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     if args.child:
         torch.manual_seed(SEED)
@@ -423,29 +465,33 @@ def main() -> None:
     }
     frameworks = args.frameworks.split(",")
     load = os.getloadavg()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
-          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; s/round = median of rounds >= {TIMED_FROM}")
-    header = (f"{'workload':<8} {'framework':<14} {'rounds':>6} {'s/round':>8} {'start-up':>8} {'/fedbench':>9} "
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {len(os.sched_getaffinity(0))} of "
+          f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; s/round = median over "
+          f"{args.runs} interleaved runs of each run's median of rounds >= {TIMED_FROM}")
+    header = (f"{'workload':<10} {'framework':<17} {'rounds':>6} {'s/round':>8} {'start-up':>8} {'/fedbench':>9} "
               f"{'/bare':>7} {'round1 dev':>10} {'acc %':>6}  checks")
     print(header)
     print("-" * len(header))
     for workload in args.workloads.split(","):
         # the bare loop needs every client's batches of one shape: equal-size workloads only
         bare = float("nan") if "partition" in WORKLOADS[workload] else bare_seconds(workload, args.repeats)
-        results = {}
-        for fw in frameworks:
+
+        def rounds_of(fw: str) -> int:
             R = rounds[workload]
-            if fw == "flower" and args.flower_rounds:
-                R = min(R, args.flower_rounds)
+            return min(R, args.flower_rounds) if fw == "flower" and args.flower_rounds else R
+
+        def one_run(fw: str) -> dict:
             python = args.pfl_python if fw == "pfl" else sys.executable
-            results[fw] = (R, run_child(fw, workload, R, python))
+            return run_child(fw, workload, rounds_of(fw), python, args.threads)
+
+        results = {fw: (rounds_of(fw), combined(runs)) for fw, runs in interleaved_runs(frameworks, one_run, args.runs).items()}
         reference = results.get("seq", (0, {}))[1]
-        base = median_timed(results["fedbench"][1]) if "fedbench" in results and "error" not in results["fedbench"][1] else None
+        base = results["fedbench"][1].get("seconds") if "fedbench" in results else None
         for fw, (R, res) in results.items():
             if "error" in res:
-                print(f"{workload:<8} {fw:<14} {R:>6}  failed: {res['error']}")
+                print(f"{workload:<10} {fw:<17} {R:>6}  failed: {res['error']}")
                 continue
-            t = median_timed(res)
+            t = res["seconds"]
             dev = float("nan")
             checks = []
             if "round1" in reference and fw != "seq":
@@ -456,13 +502,15 @@ def main() -> None:
                     checks.append(f"acc {'ok' if gap <= ACC_TOL else 'FAIL'} ({gap:.2f} pt)")
             ratio = f"{t / base:>9.2f}" if base else f"{'-':>9}"
             name = fw + (f"[{res['executor']}]" if "executor" in res else "")
-            print(f"{workload:<8} {name:<14} {R:>6} {t:>8.4f} {res['startup']:>8.1f} {ratio} {t / bare:>7.2f} "
+            print(f"{workload:<10} {name:<17} {R:>6} {t:>8.4f} {res['startup']:>8.1f} {ratio} {t / bare:>7.2f} "
                   f"{dev:>10.1e} {res['accuracy']:>6.2f}  {', '.join(checks)}", flush=True)
-        print(f"{workload:<8} {'bare':<14} {'':>6} {bare:>8.4f} {'':>8} {bare / base if base else float('nan'):>9.2f} {1.0:>7.2f}")
-        if base and "seq" in results and "error" not in reference:
-            best = min(median_timed(reference), bare) if bare == bare else median_timed(reference)
-            print(f"{workload:<8} fedbench / min(seq, bare) = {base / best:.2f}; load average now "
-                  f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}", flush=True)
+        if bare == bare:
+            print(f"{workload:<10} {'bare':<17} {'':>6} {bare:>8.4f} {'':>8} {bare / base if base else float('nan'):>9.2f} {1.0:>7.2f}")
+        peers = {fw: res["seconds"] for fw, (_, res) in results.items() if fw in ("seq", "pfl") and "error" not in res}
+        if base and peers:
+            best = min(peers, key=peers.get)
+            print(f"{workload:<10} best of {'/'.join(peers)}: {best}; it / fedbench = {peers[best] / base:.2f}; load average "
+                  f"now {' '.join(f'{v:.2f}' for v in os.getloadavg())}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Gradient oracles over a cohort: `vmap` (one batched program through torch.func), `stacked`
-(one batched program of plain autograd over the clients' stacked layers: fully connected models
-only) and `loop` (client by client).
+(one batched program of plain autograd over the clients' stacked layers: Sequential models of
+linear, conv and pool layers) and `loop` (client by client).
 
 All compute, for every client s in the chunk, grad_x sum_b w[s,b] * loss(model(x_s; xb[s,b]), yb[s,b])
 with the same per-sample weights, so they agree to float rounding.
@@ -78,8 +78,8 @@ def make_grad_fn(flat: FlatModel, task: str, executor: str, loop_below: int = 0,
         try:
             forward = stacked_forward(flat.module)
         except ValueError as exc:
-            raise ConfigError(f"engine.executor=stacked runs fully connected models (Linear layers and elementwise "
-                              f"activations); this model's {exc}. Use vmap, loop or auto") from None
+            raise ConfigError(f"engine.executor=stacked runs Sequential models of Linear, Conv2d, MaxPool2d, Flatten and "
+                              f"elementwise layers; this model's {exc}. Use vmap, loop or auto") from None
 
         def grad_stacked(X: Tensor, xb: Tensor, yb: Tensor, wb: Tensor | None) -> tuple[Tensor, Tensor]:
             s, B = yb.shape[:2]

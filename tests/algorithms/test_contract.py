@@ -4,7 +4,8 @@ federation of unequal clients (float64, partial participation where allowed, min
 
   (a) the vmap and loop executors give the same rounds (the loop as the research loop: one client
       at a time, no grouping, no skipped rows), and so does the stacked executor where the model is
-      fully connected (it refuses the others in one line),
+      a Sequential of linear, conv and pool layers (it refuses the others in one line; conv nets:
+      test_the_stacked_executor_trains_conv_nets_as_the_loop_does),
   (b) the result does not depend on engine.client_chunk,
   (c) k rounds, a checkpoint, a resume and k more rounds give the 2k rounds run straight, bit for bit,
   (d) the floats sent down and up per round are what the method's paper says it sends (SENDS: the
@@ -183,10 +184,34 @@ def test_vmap_and_loop_executors_agree(case):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_stacked_executor_agrees_where_the_model_is_fully_connected(case):
     if why_not_stacked(_federation(case).flat.module) is not None:
-        with pytest.raises(ConfigError, match="^engine.executor=stacked runs fully connected models"):
+        with pytest.raises(ConfigError, match="^engine.executor=stacked runs Sequential"):
             _federation(case, "stacked")
         return
     _assert_same(_run(_federation(case, "stacked")), _reference(case), tol=1e-10)
+
+
+# every Sequential conv net of the zoo that takes digits' 8x8 images (the LeNets need 16x16 or more:
+# tests/models/test_paper_models.py holds their gradients); ResNet-18-GN is not a Sequential and is refused
+CONV_PROBLEM = ["dataset=digits", "num_clients=5", "clients_per_round=3", "batch_size=7", "local_steps=3", "local_epochs=null",
+                "eta_l=0.05", "aggregation=num_samples", "rounds=2", "engine.dtype=float64", "eval_every=0"]
+CONV_MODELS = ["model=cnn", "model=composite/cnn", "model=fedsso/cnn", "model=fedadmm/cnn1", "model=fedadmm/cnn2",
+               "model=fedadmm/cnn1 model.conv_relu=true model.output_softmax=false"]
+
+
+@pytest.mark.parametrize("model", CONV_MODELS)
+def test_the_stacked_executor_trains_conv_nets_as_the_loop_does(model):
+    """Conv nets as one grouped convolution over the chunk (engine.executor=stacked): FedAvg's rounds
+    equal the research loop's (one client at a time) in float64."""
+    feds = {}
+    for executor in ("stacked", "loop"):
+        fed, _ = build_federation(make_cfg(*CONV_PROBLEM, *model.split(), f"engine.executor={executor}"))
+        if executor == "loop":
+            fed.group_by_work = fed.clients.skip_done = False
+        feds[executor] = fed
+    assert feds["stacked"].client_chunk == 3  # the cohort in one chunk
+    want = _run(feds["loop"])
+    assert not torch.equal(want.server["x"], feds["loop"].x0)
+    _assert_same(_run(feds["stacked"]), want, tol=1e-10)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

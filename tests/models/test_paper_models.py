@@ -83,6 +83,14 @@ STACKED_CASES = [  # every fully connected model of the zoo, with each task and 
     ("linear", (9,), 1, "regression", {"bias": False}),  # bmm without a bias
     ("logreg", (22,), 1, "binary", {"zero_init": False}),
     ("mlp_sent140", (50,), 1, "binary", {"hidden": [16, 8]}),
+    # every Sequential conv net (grouped convolutions over the chunk), at small inputs
+    ("cnn", (1, 8, 8), 10, "classification", {}),
+    ("cnn1_fedadmm", (1, 8, 8), 10, "classification", {}),
+    ("cnn2_fedadmm", (3, 8, 8), 10, "classification", {"conv_relu": True, "output_softmax": False}),
+    ("cnn_composite", (1, 10, 10), 10, "classification", {}),
+    ("cnn_fedsso", (1, 8, 8), 10, "classification", {}),
+    ("lenet", (3, 16, 16), 10, "classification", {}),
+    ("lenet_fedspeed", (3, 16, 16), 10, "classification", {}),
 ]
 
 
@@ -110,13 +118,33 @@ def test_stacked_gradient_equals_vmap(name, shape, classes, task, kwargs, weight
     torch.testing.assert_close(G3[0], G1[2], rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("name,shape,classes,task,kwargs", VMAP_CASES[:2])
-def test_the_stacked_executor_refuses_conv_nets_in_one_line(name, shape, classes, task, kwargs):
+@pytest.mark.parametrize("name,shape,classes,task,kwargs", VMAP_CASES[6:8])
+def test_the_stacked_executor_refuses_other_models_in_one_line(name, shape, classes, task, kwargs):
     flat = build_model(name, shape, classes, **kwargs)
-    assert why_not_stacked(flat.module) == "layer 0 is Conv2d(" + repr(flat.module[0]).split("(", 1)[1]
-    with pytest.raises(ConfigError, match=r"^engine.executor=stacked runs fully connected models .* this model's "
-                                          r"layer 0 is Conv2d\(.*\)\. Use vmap, loop or auto$"):
+    assert why_not_stacked(flat.module) == "ResNet is not an nn.Sequential of layers"
+    with pytest.raises(ConfigError, match=r"^engine.executor=stacked runs Sequential models of Linear, Conv2d, "
+                                          r"MaxPool2d, Flatten and elementwise layers; this model's ResNet is not "
+                                          r"an nn.Sequential of layers\. Use vmap, loop or auto$"):
         make_grad_fn(flat, task, "stacked")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name,shape,classes,task,kwargs", [STACKED_CASES[1], STACKED_CASES[7], STACKED_CASES[12]])
+def test_stacked_gradient_equals_vmap_on_cuda(name, shape, classes, task, kwargs):
+    """The stacked executor's GPU path (grouped cuDNN convolutions, batched matmuls) against vmap on
+    the same device, float64 (no TF32)."""
+    torch.manual_seed(0)
+    flat = build_model(name, shape, classes, **kwargs)
+    flat.module.double().cuda()
+    s, b = 4, 5
+    X = flat.initial_vector() + 0.1 * torch.randn(s, flat.dim, dtype=torch.float64, device="cuda")
+    xb = torch.randn(s, b, *shape, dtype=torch.float64, device="cuda")
+    yb = torch.randint(0, classes, (s, b), device="cuda")
+    G1, l1 = make_grad_fn(flat, task, "stacked")(X, xb, yb, None)
+    G2, l2 = make_grad_fn(flat, task, "vmap")(X, xb, yb, None)
+    assert G1.is_cuda and (G1.abs().sum(1) > 0).all()
+    torch.testing.assert_close(G1, G2, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(l1, l2, rtol=1e-10, atol=1e-12)
 
 
 def test_fedadmm_switches():
