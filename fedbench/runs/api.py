@@ -97,8 +97,10 @@ def run_composed(cfg, job: list[str], run_dir: Path, progress: bool = False, lab
     `label` prefixes its progress lines; `sweep` lets tracking.skip_finished skip a finished config."""
     from omegaconf import OmegaConf
 
+    from fedbench.core.secrets import withhold
     from fedbench.runs.single import check_writable, run_job
 
+    job = withhold(list(job))  # what .hydra/ and the tag record: never a store's password
     check_writable(run_dir / ".hydra")
     OmegaConf.save(OmegaConf.create(list(job)), run_dir / ".hydra" / "overrides.yaml")
     summary = run_job(cfg, run_dir, quiet=not progress, tags={"overrides": " ".join(job)[:5000]}, sweep=sweep, label=label)
@@ -119,8 +121,11 @@ def run_batched(jobs: list[tuple[Any, list[str], Path, str]], progress: bool = F
     from fedbench.runs.batched import GroupJob, run_group, split_groups
     from fedbench.runs.single import check_writable
 
+    from fedbench.core.secrets import withhold
+
     specs = []
     for cfg, overrides, run_dir, label in jobs:
+        overrides = withhold(list(overrides))
         check_writable(run_dir / ".hydra")
         OmegaConf.save(OmegaConf.create(list(overrides)), run_dir / ".hydra" / "overrides.yaml")
         specs.append(GroupJob(cfg, run_dir, {"overrides": " ".join(overrides)[:5000]}, label))
