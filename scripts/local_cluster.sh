@@ -205,7 +205,7 @@ EOF
 
 down() {
   local odd
-  odd=$(ours) || die "$DIR was not made by '$0 up' (${odd:+it holds $odd, }no env of its own): nothing stopped or deleted"
+  odd=$(ours) || die "$DIR was not made by '$0 up' (${odd:+it holds $odd, which up never writes}${odd:-no env of its own}): nothing stopped or deleted"
   for part in worker head mlflow postgres; do stop_part "$part"; done
   rm -rf "$DIR"
 }

@@ -147,6 +147,9 @@ def run_composed(cfg, job: list[str], run_dir: Path, progress: bool = False, lab
     `label` prefixes its progress lines; `sweep` lets tracking.skip_finished skip a finished config."""
     from fedbench.runs.single import run_job
 
+    from fedbench.core.secrets import withhold
+
+    job = withhold(list(job))  # what .hydra/ and the tag record: never a store's password
     with owned([(run_dir, job)], sweep):
         summary = run_job(cfg, run_dir, quiet=not progress, tags={"overrides": " ".join(job)[:5000]}, sweep=sweep,
                           label=label)
@@ -170,6 +173,9 @@ def run_batched(jobs: list[tuple[Any, list[str], Path, str]], progress: bool = F
     failed with (the others still run)."""
     from fedbench.runs.batched import GroupJob, run_group, split_groups
 
+    from fedbench.core.secrets import withhold
+
+    jobs = [(cfg, withhold(list(overrides)), run_dir, label) for cfg, overrides, run_dir, label in jobs]  # no password
     specs = [GroupJob(cfg, run_dir, {"overrides": " ".join(overrides)[:5000]}, label)
              for cfg, overrides, run_dir, label in jobs]
     out: list[RunResult | Exception] = [None] * len(jobs)  # type: ignore[list-item]
