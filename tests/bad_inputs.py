@@ -152,6 +152,9 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("plot --uri sqlite:///{tmp}/store.db --metric acc --output {tmp}/p", "Unknown --metric (a metric these runs logged) 'acc'"),
     ("attack dlg --algorithms ''", "--algorithms names no algorithm (got '')"),
     ("attack dlg --attack-lr nan", "--attack-lr must be a finite number > 0, got nan"),
+    # issue 32 (run ownership): a new run never overwrites the checkpoint an interrupted run resumes from
+    ("run hydra.run.dir={tmp}/interrupted_run", "<tmp>/interrupted_run holds the checkpoint of an earlier run "
+     "(<tmp>/interrupted_run/checkpoint.pt); continue it with: fedbench resume <tmp>/interrupted_run"),
 ]
 
 
@@ -180,6 +183,9 @@ def make_fixtures(tmp: Path) -> None:
     client.set_tag(run.info.run_id, "rounds_to_0.5", "2")
     client.log_metric(run.info.run_id, "test_accuracy", 0.6, step=3)
     client.set_terminated(run.info.run_id)
+    # issue 32 (run ownership): a run folder with a checkpoint (its content is not read before the refusal)
+    (tmp / "interrupted_run").mkdir()
+    (tmp / "interrupted_run" / "checkpoint.pt").write_bytes(b"")
 
 
 def diagnose_command(line: str, tmp: Path) -> str:

@@ -17,7 +17,7 @@ Examples:
 
   fedbench report --experiment tune --best-by final_accuracy --format csv --output best.csv
 
-  fedbench report --filter "tags.sweep_dir LIKE '%04-10-00'" --setting dataset.name --setting partition.alpha
+  fedbench report --filter "tags.sweep_dir LIKE '%04-10-00_%'" --setting dataset.name --setting partition.alpha
 """
 
 

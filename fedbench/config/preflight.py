@@ -119,7 +119,7 @@ def check_output_dir(cfg, multirun: bool) -> None:
         raise ConfigError(f"cannot create the output folder {folder}: {existing} is a file; set {key}")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(f"cannot create the output folder {folder}: {existing} is not writable; set {key}")
-    from fedbench.runs.ownership import check_free
+    from fedbench.core.ownership import check_free
 
     check_free(folder, "sweep directory" if multirun else "run directory", resume=multirun or bool(cfg.get("resume")))
 

@@ -19,7 +19,7 @@ from fedbench.runs.build import build_federation
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.engine.loop import initial_state, run, warm_up
 from fedbench.core.errors import DivergenceError, FedbenchError
-from fedbench.runs.ownership import CHECKPOINT_NAME, shell_path  # CHECKPOINT_NAME: where resume continues from
+from fedbench.core.ownership import CHECKPOINT_NAME, shell_path  # CHECKPOINT_NAME: where resume continues from
 from fedbench.tracking.store import StoreError, quiet_libraries
 from fedbench.tracking.targets import format_rounds, rounds_to_target
 
@@ -94,7 +94,7 @@ class Job:
         self.say = JobOutput(label, log_file, quiet)
         self.stop: GracefulInterrupt | None = None
         self.bar = None
-        self.claims: list[Path] = []  # the folders this run owns (runs.ownership) until it ends
+        self.claims: list[Path] = []  # the folders this run owns (core.ownership) until it ends
 
     def open(self, fed, info, extra_tags: dict[str, str] | None = None) -> dict[str, Any] | None:
         """Prepare the record and the state to train from; returns the summary instead when there is
@@ -109,14 +109,14 @@ class Job:
         return done
 
     def release(self) -> None:
-        from fedbench.runs.ownership import release
+        from fedbench.core.ownership import release
 
         for folder in self.claims:
             release(folder)
         self.claims = []
 
     def _open(self, fed, info, extra_tags: dict[str, str] | None) -> dict[str, Any] | None:
-        from fedbench.runs.ownership import claim, refuse_overwrite
+        from fedbench.core.ownership import claim, refuse_overwrite
 
         cfg, run_dir, say, tags = self.cfg, self.run_dir, self.say, self.tags
         self.fed = fed
@@ -130,7 +130,7 @@ class Job:
             recorder = RemoteRecorder(self.writer, cfg)
         self.recorder = recorder
         recorder.check_reachable()
-        claim(run_dir)  # one live writer per folder (runs.ownership), before the run writes there
+        claim(run_dir)  # one live writer per folder (core.ownership), before the run writes there
         self.claims.append(run_dir)
         check_writable(run_dir)
         self.state = initial_state(fed)
