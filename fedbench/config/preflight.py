@@ -55,13 +55,14 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
     composed once (the first with Hydra's settings, for the output folder) and validated once."""
     from hydra.errors import OverrideParseException
 
-    from fedbench.config.compose import compose
+    from fedbench.config.compose import compose, quoted_value
     from fedbench.config.validate import validate
 
     overrides = hydra_overrides(argv)
     check_plugins(overrides)
     extra = extra_config_dirs(argv)
-    search = [f"hydra.searchpath=[{','.join(d.as_uri() for d in extra)}]"] if extra else []
+    # file://<path> quoted (not as_uri: Hydra does not decode its %-escapes): a folder with `,` or spaces
+    search = [f"hydra.searchpath=[{','.join(quoted_value(f'file://{d}') for d in extra)}]"] if extra else []
     multirun = "--multirun" in argv or "-m" in argv
     placement = [o for o in overrides if o.startswith(("hydra.run.", "hydra.sweep."))]
     check_output_value(placement)

@@ -162,10 +162,6 @@ def release(folder: Path) -> None:
     os.close(held.fd)
 
 
-def holds(folder: Path) -> bool:
-    return _key(folder) in _HELD
-
-
 def discard_made(folder: Path) -> None:
     """Remove what this process added to its claimed `folder`, and the folders it created, once empty:
     entries that were there before it touched the folder stay, whatever they are. Releases the claim."""

@@ -295,13 +295,14 @@ def test_end_of_run_record_is_logged_once_when_resumed_after_a_kill(monkeypatch,
 def test_resume_uses_the_config_dir_and_a_folder_with_any_characters(tmp_path):
     """A run started with --config-dir (a config group of one's own) in a folder whose name holds
     Hydra's grammar (`,` `=` `[` `]`), spaces and quotes, resumed by exactly the command the interrupt
-    message prints."""
-    mine = tmp_path / "my_conf" / "algorithm"
+    message prints. The config folder's own name holds them too."""
+    conf = tmp_path / "my conf,x=[1]"
+    mine = conf / "algorithm"
     mine.mkdir(parents=True)
     (mine / "custom.yaml").write_text("name: fedavg\nserver_opt:\n  name: sgd\n")
     run_dir = tmp_path / "a,b=c [d]'e\" f"
     db = tmp_path / "m.db"
-    args = ["--config-dir", str(tmp_path / "my_conf"), "algorithm=custom", *SMALL, "rounds=300",
+    args = ["--config-dir", str(conf), "algorithm=custom", *SMALL, "rounds=300",
             "tracking.checkpoint_every=2", f"tracking.uri=sqlite:///{db}", quoted_override("hydra.run.dir", str(run_dir))]
     proc = start("run", *args, cwd=tmp_path)
     t0 = time.monotonic()
