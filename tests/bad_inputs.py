@@ -169,6 +169,9 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("report --uri sqlite:///{tmp}/store.db --setting nope", "Unknown --setting 'nope': no run records it"),
     ("report --uri sqlite:///{tmp}/store.db --baseline fedavg", "--baseline fedavg is the speed-up in rounds to a target: give --target too"),
     ("plot --uri sqlite:///{tmp}/store.db --setting nope --output {tmp}/p", "Unknown --setting 'nope': no run records it"),
+    # issue 32 (run ownership): a new run never overwrites the checkpoint an interrupted run resumes from
+    ("run hydra.run.dir={tmp}/interrupted_run", "<tmp>/interrupted_run holds the checkpoint of an earlier run "
+     "(<tmp>/interrupted_run/checkpoint.pt); continue it with: fedbench resume <tmp>/interrupted_run"),
 ]
 
 
@@ -201,6 +204,9 @@ def make_fixtures(tmp: Path) -> None:
     from tests.data.test_safe_loading import Marker, cifar_folder
 
     cifar_folder(tmp / "cifar_crafted", crafted=pickle.dumps(Marker(tmp / "cifar_crafted" / "marker"), protocol=2))
+    # issue 32 (run ownership): a run folder with a checkpoint (its content is not read before the refusal)
+    (tmp / "interrupted_run").mkdir()
+    (tmp / "interrupted_run" / "checkpoint.pt").write_bytes(b"")
 
 
 def diagnose_command(line: str, tmp: Path) -> str:

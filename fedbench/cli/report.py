@@ -18,7 +18,7 @@ Examples:
 
   fedbench report --target 0.8 --format html --output results/page.html    # one page: table, curves, provenance
 
-  fedbench report --filter "tags.sweep_dir LIKE '%04-10-00'" --setting dataset.name --setting partition.alpha
+  fedbench report --filter "tags.sweep_dir LIKE '%04-10-00_%'" --setting dataset.name --setting partition.alpha
 """
 
 

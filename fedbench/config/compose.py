@@ -143,9 +143,14 @@ def _not_in_config(directory: Path, overrides: list[str], key: str) -> None:
 
 
 def quoted_override(key: str, value: str) -> str:
-    """`key='value'` in Hydra's override grammar for any string (a path with `,`, `=`, brackets, spaces, quotes,
-    `${`): quoted, with a quote and `${` escaped and the backslashes before them (or at the end) doubled."""
+    """`key='value'` in Hydra's override grammar for any string value (a path)."""
+    return f"{key}={quoted_value(value)}"
+
+
+def quoted_value(value: str) -> str:
+    """Any string (a path with `,`, `=`, brackets, spaces, quotes, `${`) as one value of Hydra's override grammar:
+    quoted, with a quote and `${` escaped and the backslashes before them (or at the end) doubled."""
     import re
 
     escape = {"'": "\\'", "${": "\\${", "": ""}
-    return f"{key}='" + re.sub(r"(\\*)('|\$\{|$)", lambda m: m.group(1) * 2 + escape[m.group(2)], value) + "'"
+    return "'" + re.sub(r"(\\*)('|\$\{|$)", lambda m: m.group(1) * 2 + escape[m.group(2)], value) + "'"

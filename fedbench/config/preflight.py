@@ -55,13 +55,14 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
     composed once (the first with Hydra's settings, for the output folder) and validated once."""
     from hydra.errors import OverrideParseException
 
-    from fedbench.config.compose import compose
+    from fedbench.config.compose import compose, quoted_value
     from fedbench.config.validate import validate
 
     overrides = hydra_overrides(argv)
     check_plugins(overrides)
     extra = extra_config_dirs(argv)
-    search = [f"hydra.searchpath=[{','.join(d.as_uri() for d in extra)}]"] if extra else []
+    # file://<path> quoted (not as_uri: Hydra does not decode its %-escapes): a folder with `,` or spaces
+    search = [f"hydra.searchpath=[{','.join(quoted_value(f'file://{d}') for d in extra)}]"] if extra else []
     multirun = "--multirun" in argv or "-m" in argv
     check_output_value([o for o in overrides if o.startswith(("hydra.run.", "hydra.sweep."))])
     if not multirun:
@@ -164,7 +165,7 @@ def check_output_dir(cfg, multirun: bool) -> None:
         raise ConfigError(f"cannot create the output folder {folder}: {existing} is a file; set {key}")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(f"cannot create the output folder {folder}: {existing} is not writable; set {key}")
-    from fedbench.runs.ownership import check_free
+    from fedbench.core.ownership import check_free
 
     check_free(folder, "sweep directory" if multirun else "run directory", resume=multirun or bool(cfg.get("resume")))
 

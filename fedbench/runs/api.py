@@ -195,11 +195,11 @@ def run_batched(jobs: list[tuple[Any, list[str], Path, str]], progress: bool = F
 
 @contextmanager
 def owned(folders: list[tuple[Path, list[str]]], sweep: bool):
-    """Own each run folder (runs.ownership), then save its overrides in .hydra/overrides.yaml as `fedbench run`
+    """Own each run folder (core.ownership), then save its overrides in .hydra/overrides.yaml as `fedbench run`
     does, so that `fedbench resume` continues the run; the folders are released when the runs end."""
     from omegaconf import OmegaConf
 
-    from fedbench.runs.ownership import claim, discard_made, refuse_overwrite, release
+    from fedbench.core.ownership import claim, discard_made, refuse_overwrite, release
     from fedbench.runs.single import check_writable
 
     taken = []

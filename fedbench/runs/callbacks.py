@@ -1,4 +1,5 @@
-"""Hydra multirun support: failed jobs are collected, the tracking store is prepared once.
+"""Hydra run and multirun support: the run (or sweep) folder is owned before Hydra writes there,
+failed jobs are collected, the tracking store is prepared once.
 
 Jobs may run in other processes (joblib) or on other machines (Ray, SLURM), so a failed job
 leaves a marker file in its output folder, and the launching process reads the markers back
@@ -19,11 +20,11 @@ CLAIMED: list[Path] = []  # the run or sweep folder this process owns until cli.
 
 
 def own_folder(config: DictConfig, key: str, what: str, resume: bool = False) -> None:
-    """Own the run (or sweep) folder before Hydra writes its .hydra/ and log there (runs.ownership):
+    """Own the run (or sweep) folder before Hydra writes its .hydra/ and log there (core.ownership):
     a second live writer, or a new run over another's checkpoint, ends here in one line (exit 2).
     cli.hydra_main releases it when the command ends."""
     from fedbench.core.errors import FedbenchError, report_error
-    from fedbench.runs.ownership import claim, refuse_overwrite
+    from fedbench.core.ownership import claim, refuse_overwrite
 
     try:
         folder = Path(str(OmegaConf.select(config, key)))
@@ -40,7 +41,7 @@ def own_folder(config: DictConfig, key: str, what: str, resume: bool = False) ->
 
 
 def release_folders() -> None:
-    from fedbench.runs.ownership import release
+    from fedbench.core.ownership import release
 
     while CLAIMED:
         release(CLAIMED.pop())
@@ -53,7 +54,6 @@ class SweepCallback(Callback):
         own_folder(config, "hydra.run.dir", "run directory", resume=bool(config.get("resume")))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        own_folder(config, "hydra.sweep.dir", "sweep directory", resume=True)  # a relaunch continues its jobs
         # One process creates the SQLite schema and the experiment, so that parallel jobs
         # do not race on MLflow's database migrations.
         from fedbench.tracking.store import open_store, probe_server, quiet_libraries, resolve_tracking_uri
@@ -63,6 +63,7 @@ class SweepCallback(Callback):
         uri = resolve_tracking_uri(config.tracking.get("uri"))
         probe_server(uri)
         open_store(uri, config.tracking.experiment)
+        own_folder(config, "hydra.sweep.dir", "sweep directory", resume=True)  # a relaunch continues its jobs
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from fedbench.runs.single import mlflow_hint

@@ -111,13 +111,16 @@ def interrupted(job: HydraJob, exc: BaseException):
 
 def job_failed(job: HydraJob, exc: Exception) -> float:
     """Report a failed job: one line for ours (exit at once outside a sweep), a traceback for a bug;
-    in a sweep the other jobs go on and the failure is left as a marker in the job's folder."""
+    in a sweep the other jobs go on and the failure is left as a marker in the job's folder. A job whose
+    folder another live process owns stops the sweep too (exit 2): a sweep relaunched while the first
+    still runs would run the first one's jobs a second time."""
+    from fedbench.core.ownership import FolderBusy
     from fedbench.runs.callbacks import FAILED_MARKER
 
     if isinstance(exc, FedbenchError):
         report_error(exc)
-        if not job.multirun:
-            if exc.exit_code == 2 and not job.cfg.get("resume"):
+        if not job.multirun or isinstance(exc, FolderBusy):
+            if exc.exit_code == 2 and not job.multirun and not job.cfg.get("resume"):
                 _discard_untrained(job.out)
             raise SystemExit(exc.exit_code) from None
     elif not job.multirun:
@@ -133,8 +136,8 @@ def job_failed(job: HydraJob, exc: Exception) -> float:
 
 def _discard_untrained(run_dir: Path) -> None:
     """A run refused before its first round leaves behind nothing it made (Hydra's .hydra/ and log, the
-    folder itself when it created it); what the folder held before stays (runs.ownership)."""
-    from fedbench.runs.ownership import discard_made
+    folder itself when it created it); what the folder held before stays (core.ownership)."""
+    from fedbench.core.ownership import discard_made
 
     discard_made(run_dir)
 

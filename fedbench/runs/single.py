@@ -18,7 +18,7 @@ from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.engine.loop import initial_state, run, warm_up
 from fedbench.core.errors import ConfigError, DivergenceError, FedbenchError, write_failure
 from fedbench.runs.interrupts import GracefulInterrupt, describe, signal_of
-from fedbench.runs.ownership import CHECKPOINT_NAME, shell_path  # CHECKPOINT_NAME: where resume continues from
+from fedbench.core.ownership import CHECKPOINT_NAME, shell_path  # CHECKPOINT_NAME: where resume continues from
 from fedbench.tracking.store import StoreError, quiet_libraries
 from fedbench.tracking.targets import format_rounds, rounds_to_target
 
@@ -102,7 +102,7 @@ class Job:
         self.say = JobOutput(label, log_file, quiet)
         self.stop: GracefulInterrupt | None = None
         self.bar = None
-        self.claims: list[Path] = []  # the folders this run owns (runs.ownership) until it ends
+        self.claims: list[Path] = []  # the folders this run owns (core.ownership) until it ends
         self.recorder = None  # until open() makes it
         self.saved_round: int | None = None  # the round of the checkpoint on disk, once one is known
 
@@ -119,14 +119,14 @@ class Job:
         return done
 
     def release(self) -> None:
-        from fedbench.runs.ownership import release
+        from fedbench.core.ownership import release
 
         for folder in self.claims:
             release(folder)
         self.claims = []
 
     def _open(self, fed, info, extra_tags: dict[str, str] | None) -> dict[str, Any] | None:
-        from fedbench.runs.ownership import claim, refuse_overwrite
+        from fedbench.core.ownership import claim, refuse_overwrite
 
         cfg, run_dir, say, tags = self.cfg, self.run_dir, self.say, self.tags
         self.fed = fed
@@ -140,7 +140,7 @@ class Job:
             recorder = RemoteRecorder(self.writer, cfg)
         self.recorder = recorder
         recorder.check_reachable()
-        claim(run_dir)  # one live writer per folder (runs.ownership), before the run writes there
+        claim(run_dir)  # one live writer per folder (core.ownership), before the run writes there
         self.claims.append(run_dir)
         check_writable(run_dir)
         self.state = initial_state(fed, run_dir)

@@ -1,5 +1,5 @@
 """What a run does to a user's folders and store (issue 32): one live writer per run folder
-(runs.ownership), a refused run removes only what it made, every opener of a store takes its lock,
+(core.ownership), a refused run removes only what it made, every opener of a store takes its lock,
 the end-of-run record is idempotent, and resume finds the run as it was started."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ MNIST_MISSING = ["dataset=mnist", "data.root=/nonexistent/fedbench-data"]
 
 def holder(folder: Path) -> subprocess.Popen:
     """Another live process that owns `folder` (as a run does), until killed."""
-    code = ("import sys, time; from pathlib import Path; from fedbench.runs.ownership import claim; "
+    code = ("import sys, time; from pathlib import Path; from fedbench.core.ownership import claim; "
             "claim(Path(sys.argv[1])); print('held', flush=True); time.sleep(600)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], env=env(), stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
@@ -122,7 +122,7 @@ def test_owner_check_covers_the_api_the_batched_lanes_and_a_sweep_folder(tmp_pat
     """The same lock guards every writer: the Python API's run, a batched group's lanes, a job that
     continues an earlier job's folder, and a sweep folder (a second sweep into it is refused)."""
     from fedbench.runs.api import run_batched, run_composed
-    from fedbench.runs.ownership import FolderBusy
+    from fedbench.core.ownership import FolderBusy
 
     uri = f"tracking.uri=sqlite:///{tmp_path}/m.db"
     busy = tmp_path / "busy"
@@ -149,7 +149,7 @@ def test_owner_check_covers_the_api_the_batched_lanes_and_a_sweep_folder(tmp_pat
 def test_a_relaunched_sweep_does_not_resume_a_job_still_running(tmp_path):
     """tracking.skip_finished continues an interrupted job in its earlier folder: not while the job's
     process still owns that folder (a sweep relaunched while the first still runs)."""
-    from fedbench.runs.ownership import FolderBusy
+    from fedbench.core.ownership import FolderBusy
     from fedbench.runs.single import run_job
 
     uri = f"tracking.uri=sqlite:///{tmp_path}/m.db"
@@ -169,24 +169,71 @@ def test_a_relaunched_sweep_does_not_resume_a_job_still_running(tmp_path):
     assert summary["run_id"] == run.info.run_id and client.get_run(run.info.run_id).info.status == "FINISHED"
 
 
+def test_a_sweep_relaunched_while_the_first_runs_stops_in_one_line(tmp_path):
+    """The issue's case: the first sweep still trains job 0 (stopped here, alive) when the same sweep is
+    launched again; the relaunch would continue job 0 from its checkpoint beside it. It exits 2 in one
+    line naming the first sweep's process, and the record holds every round once."""
+    db = tmp_path / "m.db"
+    args = [*SMALL, "rounds=200", "tracking.checkpoint_every=2", f"tracking.uri=sqlite:///{db}", "seed=0,1"]
+    first = start("run", "-m", *args, f"hydra.sweep.dir={tmp_path}/s1", cwd=tmp_path)
+    ckpt = tmp_path / "s1" / "0" / "checkpoint.pt"
+    t0 = time.monotonic()
+    while checkpoint_round(ckpt) < 2:
+        assert first.poll() is None, first.communicate()[1][-3000:]
+        assert time.monotonic() - t0 < 240, "no checkpoint in time"
+        time.sleep(0.02)
+    first.send_signal(signal.SIGSTOP)
+    try:
+        out = fedbench("run", "-m", *args, f"hydra.sweep.dir={tmp_path}/s2", cwd=tmp_path)
+    finally:
+        first.send_signal(signal.SIGCONT)
+    assert out.returncode == 2, out.stderr[-3000:]
+    [line] = error_lines(out.stderr)
+    assert line.startswith(f"error: the run directory {tmp_path}/s1/0 is in use by fedbench process {first.pid} on ")
+    _, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr[-3000:]
+    client, done = runs(db)
+    assert sorted(r.info.status for r in done) == ["FINISHED", "FINISHED"]
+    for run in done:
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "floats_up")] == list(range(1, 201))
+
+
 # 9. Every opener of a store takes its lock --------------------------------------------------------------
 
-def test_every_store_opener_waits_for_the_store_lock(tmp_path):
-    """`fedbench report` and `plot` on a fresh SQLite store open it under the lock `open_store` takes for
-    MLflow's schema migrations: while a run holds it they wait, creating nothing; then they go on."""
+def test_every_store_opener_holds_the_store_lock_while_it_opens(monkeypatch, tmp_path):
+    """`fedbench report`, `plot` (load_runs), the API's history read and a run's open_store each make their
+    MlflowClient, which creates or migrates a fresh SQLite store, under the lock beside the database."""
+    import fcntl
+
+    from mlflow.tracking import MlflowClient
+
+    from fedbench.core.errors import FedbenchError
+    from fedbench.runs.api import _history_from_mlflow
+    from fedbench.tracking.report import load_runs
+    from fedbench.tracking.store import open_store
+
     db = tmp_path / "fresh.db"
-    code = ("import sys, time; from filelock import FileLock; lock = FileLock(sys.argv[1] + '.lock'); lock.acquire(); "
-            "print('held', flush=True); time.sleep(float(sys.argv[2]))")
-    lock = subprocess.Popen([sys.executable, "-c", code, str(db), "6"], env=env(), stdout=subprocess.PIPE, text=True)
-    assert lock.stdout.readline().strip() == "held"
-    readers = [start("report", "--uri", f"sqlite:///{db}", cwd=tmp_path),
-               start("plot", "--uri", f"sqlite:///{db}", "--output", str(tmp_path / "p"), cwd=tmp_path)]
-    time.sleep(4)
-    assert not db.exists(), "a store opener migrated the schema without the store lock"
-    lock.wait(timeout=30)
-    for proc in readers:
-        _, stderr = proc.communicate(timeout=120)
-        assert proc.returncode == 2 and len(error_lines(stderr)) == 1 and "Traceback" not in stderr, stderr[-2000:]
+    uri, held, real = f"sqlite:///{db}", [], MlflowClient.__init__
+
+    def opened(self, *args, **kwargs):  # is the store's lock held (by this process's opener) right now?
+        fd = os.open(f"{db}.lock", os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.append(False)
+        except BlockingIOError:
+            held.append(True)
+        finally:
+            os.close(fd)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "__init__", opened)
+    for opener in (lambda: load_runs(uri, "fedbench"), lambda: _history_from_mlflow(uri, "0" * 32),
+                   lambda: open_store(uri, "fedbench")):
+        try:
+            opener()
+        except (FedbenchError, Exception):  # a fresh store has no runs: what matters is how it was opened
+            pass
+    assert held == [True, True, True]
 
 
 def test_no_store_is_opened_around_the_lock():
@@ -248,13 +295,14 @@ def test_end_of_run_record_is_logged_once_when_resumed_after_a_kill(monkeypatch,
 def test_resume_uses_the_config_dir_and_a_folder_with_any_characters(tmp_path):
     """A run started with --config-dir (a config group of one's own) in a folder whose name holds
     Hydra's grammar (`,` `=` `[` `]`), spaces and quotes, resumed by exactly the command the interrupt
-    message prints."""
-    mine = tmp_path / "my_conf" / "algorithm"
+    message prints. The config folder's own name holds them too."""
+    conf = tmp_path / "my conf,x=[1]"
+    mine = conf / "algorithm"
     mine.mkdir(parents=True)
     (mine / "custom.yaml").write_text("name: fedavg\nserver_opt:\n  name: sgd\n")
     run_dir = tmp_path / "a,b=c [d]'e\" f"
     db = tmp_path / "m.db"
-    args = ["--config-dir", str(tmp_path / "my_conf"), "algorithm=custom", *SMALL, "rounds=300",
+    args = ["--config-dir", str(conf), "algorithm=custom", *SMALL, "rounds=300",
             "tracking.checkpoint_every=2", f"tracking.uri=sqlite:///{db}", quoted_override("hydra.run.dir", str(run_dir))]
     proc = start("run", *args, cwd=tmp_path)
     t0 = time.monotonic()

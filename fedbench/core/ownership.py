@@ -17,7 +17,6 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,8 +137,8 @@ def claim(folder: Path, what: str = "run directory") -> Claim:
             os.close(fd)
         os.ftruncate(fd, 0)
         started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        os.write(fd, f"pid={os.getpid()}\nhost={socket.gethostname()}\nstarted={started}\n"
-                     f"command={' '.join(sys.argv)[:500]}\n".encode())
+        # no command line: it may carry a tracking URI's password, and the file is readable by others
+        os.write(fd, f"pid={os.getpid()}\nhost={socket.gethostname()}\nstarted={started}\n".encode())
     except OSError as exc:
         raise FedbenchError(f"cannot write to the {what} {folder}: {exc.strerror or exc}") from None
     held = _HELD[key] = Claim(key, fd, before, made)
@@ -161,10 +160,6 @@ def release(folder: Path) -> None:
     except OSError:
         pass
     os.close(held.fd)
-
-
-def holds(folder: Path) -> bool:
-    return _key(folder) in _HELD
 
 
 def discard_made(folder: Path) -> None:
