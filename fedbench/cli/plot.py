@@ -53,9 +53,9 @@ def plot(
         raise ConfigError(f"no FINISHED runs in experiment {experiment!r}" + (f" matching {filter_string!r}" if filter_string else ""))
     from mlflow.tracking import MlflowClient
 
-    from fedbench.tracking.store import resolve_tracking_uri
+    from fedbench.tracking.store import existing_store
 
-    client = MlflowClient(resolve_tracking_uri(uri))
+    client = MlflowClient(existing_store(uri))
     keys = setting if setting else differing_settings(frame, exclude_tuned=False)
     rows = []
     for _, run in frame.iterrows():

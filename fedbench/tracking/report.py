@@ -27,11 +27,9 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
     from mlflow.tracking import MlflowClient
 
     from fedbench.core.errors import ConfigError
-    from fedbench.tracking.store import resolve_tracking_uri
+    from fedbench.tracking.store import existing_store, one_line
 
-    from fedbench.tracking.store import one_line
-
-    store = resolve_tracking_uri(uri)
+    store = existing_store(uri)
     try:
         client = MlflowClient(store)
         exp = client.get_experiment_by_name(experiment)
