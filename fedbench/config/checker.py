@@ -119,7 +119,8 @@ def check_value(key: str, value: Any, tp, s: Spec) -> None:
             check_value(f"{key}[{i}]", v, item, s)
     hint = f" ({s.hint})" if s.hint else ""
     if isinstance(value, str) and s.max_length is not None and len(value) > s.max_length:
-        raise ConfigError(f"{key} must be at most {s.max_length} characters{hint}, got {len(value)}: {value[:40]!r}...")
+        raise ConfigError(f"{key} must be at most {s.max_length} characters (the size of the column MLflow's SQL stores "
+                          f"keep it in), got {len(value)}: {value[:40]!r}...")
     raise ConfigError(f"{key} must be {describe(tp, s)}{hint}, got {value!r}")
 
 

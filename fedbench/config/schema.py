@@ -67,8 +67,8 @@ class Engine:
 class Tracking:
     uri: Optional[str] = spec("MLflow tracking URI (null = the local store)")
     experiment: str = spec("MLflow experiment", nonempty=True, valid="the name of an MLflow experiment",
-                           max_length=256, hint="the column MLflow's SQL stores keep it in")
-    run_name: Optional[str] = spec("MLflow run name", max_length=250, hint="the column MLflow's SQL stores keep it in")
+                           max_length=256)
+    run_name: Optional[str] = spec("MLflow run name", max_length=250)
     checkpoint_every: int = spec("rounds between checkpoints (0 = never)", ge=0)
     artifacts: bool = spec("log the metrics CSV, curves and resolved config")
     skip_finished: bool = spec("in a sweep, skip a configuration that FINISHED")

@@ -105,7 +105,7 @@ def test_an_interrupt_after_the_record_started_but_before_round_1_marks_it_kille
     opened = Job.open
 
     def open_then_signal(self, *args, **kwargs):
-        done = opened(self, *args, **kwargs)
+        opened(self, *args, **kwargs)
         raise Interrupted(signal.SIGTERM)  # the signal arrives right after the MLflow run was created
 
     monkeypatch.setattr(Job, "open", open_then_signal)
