@@ -47,7 +47,7 @@ for _module in (run, listing, data, reproduce, attack, report, plot):  # the ord
 def entrypoint() -> None:
     from fedbench.runs import interrupts
 
-    interrupts.install()  # SIGTERM ends a run as Ctrl-C does (checkpoint, KILLED, resume command)
+    interrupts.install()  # SIGTERM ends a run as Ctrl-C does (checkpoint, KILLED, resume command); done on import too
     try:
         app()
     except FedbenchError as exc:
