@@ -121,10 +121,31 @@ CASES: list[tuple[str, str]] = [
     ("dataset=synthetic dataset.generator=per_user partition=natural num_clients=30 train_loss_every=1",
      "train_loss_every=1: the full training loss needs every user's data"),
     ("dataset=synthetic partition=natural dataset.eval_users=-1", "dataset.eval_users must be >= 0 (0 = every user), got -1"),
+    # issue 32 (signals and one-line errors): Hydra's own settings, composed with the first job
+    ("-m hydra/launcher=foo seed=0,1", "Unknown hydra/launcher 'foo'. Available: basic, batched"),
+    ("-m hydra/sweeper=foo seed=0,1", "Unknown hydra/sweeper 'foo'. Available: basic"),
+    ("-m hydra/launcher=batched hydra.launcher.max_batch=abc seed=0,1",
+     "hydra.launcher.max_batch must be an integer >= 0 (0: as many as fit in half the free memory), got 'abc'"),
+    ("-m hydra/launcher=batched hydra.launcher.max_batch=-1 seed=0,1",
+     "hydra.launcher.max_batch must be an integer >= 0 (0: as many as fit in half the free memory), got -1"),
+    ("-m hydra/launcher=batched hydra.launcher.maxbatch=2 seed=0,1",
+     "Unknown key hydra.launcher.maxbatch. Valid: max_batch. Did you mean 'max_batch'?"),
+    ("hydra.job.chdr=true", "Unknown key hydra.job.chdr. Valid: chdir, config"),
+    ("hydra.foo=1", "Unknown key hydra.foo. Valid: callbacks, env"),
+    ("seed=0,1", "seed=0,1 is a grid of values: add -m to run a grid"),
+    ("algorithm=fedavg,fedprox", "algorithm=fedavg,fedprox is a grid of values: add -m to run a grid"),
+    ("rounds=[1,", "cannot parse the overrides: no viable alternative at input '[1,'"),
+    ("-m seed=range(0,100001)", "a grid of 100,001 jobs; at most 100,000 are run from one command line"),
+    # values the machine, the data set or the store cannot take
+    ("engine.threads=100000", "engine.threads=100000 is more than this machine's CPU cores"),
+    ("data.binary_classes=[99]", "data.binary_classes=[99]: 99 not a class; digits has the 10 classes 0..9"),
+    ("data.binary_classes=[0,1,2,3,4,5,6,7,8,9]", "names every class, a task with one label"),
+    ("tracking.experiment=" + "e" * 300, "tracking.experiment must be at most 256 characters"),
+    ("tracking.run_name=" + "r" * 300, "tracking.run_name must be at most 250 characters"),
 ]
 
 
-def diagnose(line: str) -> str:
+def diagnose(line: str, conf: Path | None = CONF) -> str:
     """The one-line message of a command line's first error ('' when it has none): the CLI's
     preflight over every job, then building the run (data, partition, model) as run_job does."""
     from hydra import compose, initialize_config_dir
@@ -135,8 +156,12 @@ def diagnose(line: str) -> str:
 
     argv = ["--multirun" if a == "-m" else a for a in line.split()]
     try:
-        preflight(CONF, argv)
-        with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        if conf is None:  # as `fedbench run` finds it (FEDBENCH_CONF)
+            from fedbench.config.compose import checked_conf_dir
+
+            conf = checked_conf_dir()
+        preflight(conf, argv)
+        with initialize_config_dir(config_dir=str(conf), version_base=None):
             cfg = compose("config", overrides=[a for a in argv if not a.startswith(("-", "hydra."))])
         build_federation(cfg)
     except FedbenchError as exc:
@@ -172,6 +197,20 @@ COMMAND_CASES: list[tuple[str, str]] = [
     # issue 32 (run ownership): a new run never overwrites the checkpoint an interrupted run resumes from
     ("run hydra.run.dir={tmp}/interrupted_run", "<tmp>/interrupted_run holds the checkpoint of an earlier run "
      "(<tmp>/interrupted_run/checkpoint.pt); continue it with: fedbench resume <tmp>/interrupted_run"),
+    # issue 32 (signals and one-line errors): files a run reads, stores a reader opens
+    ("run --config-dir {tmp}/conf_dir_bad_yaml algorithm=mine",
+     "malformed YAML in <tmp>/conf_dir_bad_yaml/algorithm/mine.yaml, line 2, column 7: mapping values are not allowed"),
+    ("FEDBENCH_CONF={tmp}/conf_bad_yaml run rounds=1",
+     "malformed YAML in <tmp>/conf_bad_yaml/config.yaml, line"),
+    ("FEDBENCH_CONF={tmp}/nowhere run rounds=1", "no config.yaml in the config directory <tmp>/nowhere (from FEDBENCH_CONF)"),
+    ("resume {tmp}/run_checkpoint_empty", "checkpoint.pt is not a readable checkpoint"),
+    ("resume {tmp}/run_checkpoint_not_a_dict", "checkpoint.pt is not a fedbench checkpoint (it holds a list)"),
+    ("resume {tmp}/run_checkpoint_old_layout", "checkpoint.pt does not match this run (missing history, tables)"),
+    ("resume {tmp}/run_checkpoint_wrong_types", "checkpoint.pt does not match this run (round is a str)"),
+    ("resume {tmp}/run_checkpoint_wrong_shapes", "checkpoint.pt does not match this run (server state x of shape [3]"),
+    ("report --uri sqlite:///{tmp}/typo.db", "no MLflow store at <tmp>/typo.db"),
+    ("report --uri {tmp}/no_such_folder", "no MLflow store at <tmp>/no_such_folder"),
+    ("plot --uri sqlite:///{tmp}/typo.db --output {tmp}/p", "no MLflow store at <tmp>/typo.db"),
 ]
 
 
@@ -207,6 +246,53 @@ def make_fixtures(tmp: Path) -> None:
     # issue 32 (run ownership): a run folder with a checkpoint (its content is not read before the refusal)
     (tmp / "interrupted_run").mkdir()
     (tmp / "interrupted_run" / "checkpoint.pt").write_bytes(b"")
+    make_issue32_fixtures(tmp)
+
+
+# issue 32 (signals and one-line errors)
+RESUMED = ["num_clients=4", "clients_per_round=2", "rounds=3", "tracking.artifacts=false"]
+
+
+def make_issue32_fixtures(tmp: Path) -> None:
+    """Malformed config files, and run folders whose checkpoint is not this run's: empty, another
+    layout, other types, other shapes (each refused at load, before training)."""
+    import shutil
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from fedbench.engine.checkpoint import save_checkpoint
+    from fedbench.engine.loop import initial_state
+    from fedbench.runs.build import build_federation
+    from fedbench.runs.single import config_hash
+    from tests.conftest import make_cfg
+
+    (tmp / "conf_dir_bad_yaml" / "algorithm").mkdir(parents=True)
+    (tmp / "conf_dir_bad_yaml" / "algorithm" / "mine.yaml").write_text("name: fedavg\n  oops: [1,\n")
+    shutil.copytree(CONF, tmp / "conf_bad_yaml")
+    with open(tmp / "conf_bad_yaml" / "config.yaml", "a") as f:
+        f.write("rounds: [\n")
+    cfg = make_cfg(*RESUMED)
+    fed, _ = build_federation(cfg)
+    for kind in ("empty", "not_a_dict", "old_layout", "wrong_types", "wrong_shapes"):
+        run_dir = tmp / f"run_checkpoint_{kind}"
+        (run_dir / ".hydra").mkdir(parents=True)
+        OmegaConf.save(OmegaConf.create(RESUMED), run_dir / ".hydra" / "overrides.yaml")
+        ckpt = run_dir / "checkpoint.pt"
+        save_checkpoint(ckpt, initial_state(fed), None, config_hash(cfg))
+        payload = torch.load(ckpt, weights_only=True)
+        if kind == "empty":
+            ckpt.write_bytes(b"")
+            continue
+        if kind == "not_a_dict":
+            payload = [1, 2]
+        elif kind == "old_layout":
+            del payload["tables"], payload["history"]
+        elif kind == "wrong_types":
+            payload["round"] = "3"
+        else:
+            payload["server"] = {"x": torch.zeros(3)}
+        torch.save(payload, ckpt)
 
 
 def diagnose_command(line: str, tmp: Path) -> str:
@@ -221,17 +307,37 @@ def diagnose_command(line: str, tmp: Path) -> str:
     from fedbench.core.errors import FedbenchError
 
     args = shlex.split(line.replace("{tmp}", str(tmp)))
+    env = dict(a.split("=", 1) for a in args if "=" in a and a.split("=", 1)[0].isupper())  # FEDBENCH_CONF=... run
+    args = args[len(env):]
     if args[0] == "run":
-        return diagnose(" ".join(args[1:])).replace(str(tmp), "<tmp>")
-    message, cwd = "", os.getcwd()
+        return with_env(env, lambda: diagnose(" ".join(args[1:]), conf=None)).replace(str(tmp), "<tmp>")
+    message, cwd, errors = "", os.getcwd(), io.StringIO()
     os.chdir(tmp)  # whatever a command writes by default lands in tmp
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
             app(args, standalone_mode=False, prog_name="fedbench")
     except FedbenchError as exc:
         message = str(exc)
     except click.ClickException as exc:
         message = exc.format_message()
+    except SystemExit:  # a run that Hydra ran in this process reported its error line and exited
+        lines = [x for x in errors.getvalue().splitlines() if x.startswith("error: ")]
+        message = lines[-1].removeprefix("error: ") if lines else ""
     finally:
         os.chdir(cwd)
     return message.replace(str(tmp), "<tmp>")
+
+
+def with_env(env: dict[str, str], call):
+    """`call()` with the environment variables of a command line set (FEDBENCH_CONF read as the CLI reads it)."""
+    from fedbench.config import compose
+
+    saved, conf = {k: os.environ.get(k) for k in env}, compose.CONF_DIR
+    os.environ.update(env)
+    compose.CONF_DIR = compose.conf_dir_from_env()
+    try:
+        return call()
+    finally:
+        compose.CONF_DIR = conf
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)

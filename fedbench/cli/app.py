@@ -49,7 +49,7 @@ def entrypoint() -> None:
     from fedbench.runs import interrupts
 
     withhold_passwords()  # no password of a store URI reaches the terminal or a log
-    interrupts.install()  # SIGTERM ends a run as Ctrl-C does (checkpoint, KILLED, resume command)
+    interrupts.install()  # SIGTERM ends a run as Ctrl-C does (checkpoint, KILLED, resume command); done on import too
     try:
         app()
     except FedbenchError as exc:

@@ -85,7 +85,8 @@ def _fits(value: Any, tp, s: Spec) -> bool:
         return _is_number(value) and (not _ranged(s) or (math.isfinite(value) and _in_range(value, s)))
     if base is str:
         return isinstance(value, str) and (not s.nonempty or value.strip() != "") and (
-            s.pattern is None or re.fullmatch(s.pattern, value) is not None)
+            s.pattern is None or re.fullmatch(s.pattern, value) is not None) and (
+            s.max_length is None or len(value) <= s.max_length)
     if base is list:
         (item,) = typing.get_args(tp) or (Any,)
         return isinstance(value, list) and all(_fits(v, item, s) for v in value)
@@ -117,6 +118,9 @@ def check_value(key: str, value: Any, tp, s: Spec) -> None:
         for i, v in enumerate(value):
             check_value(f"{key}[{i}]", v, item, s)
     hint = f" ({s.hint})" if s.hint else ""
+    if isinstance(value, str) and s.max_length is not None and len(value) > s.max_length:
+        raise ConfigError(f"{key} must be at most {s.max_length} characters (the size of the column MLflow's SQL stores "
+                          f"keep it in), got {len(value)}: {value[:40]!r}...")
     raise ConfigError(f"{key} must be {describe(tp, s)}{hint}, got {value!r}")
 
 

@@ -28,6 +28,18 @@ def conf_dir() -> Path:
     return CONF_DIR
 
 
+def checked_conf_dir() -> Path:
+    """The config directory, refused in one line when it holds no config.yaml."""
+    from fedbench.core.errors import ConfigError
+
+    directory = conf_dir()
+    if not (directory / "config.yaml").is_file():
+        origin = "FEDBENCH_CONF" if directory != PACKAGED_CONF else "the installed package"
+        raise ConfigError(f"no config.yaml in the config directory {directory} (from {origin}); point FEDBENCH_CONF "
+                          "at a copy of fedbench/config/conf, or unset it to use the packaged configs")
+    return directory
+
+
 def group_choices_of(defaults: list | None) -> dict[str, str]:
     """The group choices a config file's defaults list makes (`override /algorithm: x` -> algorithm: x),
     read from plain YAML (no composition)."""

@@ -3,6 +3,7 @@ validated first, so a bad value in the 40th job stops the grid before the 1st jo
 
 from __future__ import annotations
 
+import functools
 import itertools
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from fedbench.config.renames import renamed_message
 from fedbench.core.errors import ConfigError, unknown_choice
 
 GROUPS = ("dataset", "partition", "model", "algorithm", "engine", "tracking", "experiment", "scale")
-MAX_JOBS_CHECKED = 2000
+MAX_GRID_JOBS = 100_000  # a larger grid is refused, not checked for minutes
 
 
 def group_choices(conf_dir: Path, group: str, extra_dirs: tuple[Path, ...] = ()) -> list[str]:
@@ -78,25 +79,61 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
             jobs = expand_jobs([a for a in overrides if not a.startswith(("hydra.", "hydra/"))])
         except OverrideParseException as exc:
             raise ConfigError(f"cannot parse the overrides: {exc}") from None
+    if len(jobs) > MAX_GRID_JOBS:
+        raise ConfigError(f"a grid of {len(jobs):,} jobs; at most {MAX_GRID_JOBS:,} are run from one command line "
+                          "(each is checked before the first starts): split it, e.g. by seed or algorithm")
     keys = top_level_keys()
-    for number, job in enumerate(jobs[:MAX_JOBS_CHECKED]):
+    choices = functools.cache(lambda group: group_choices(conf_dir, group, extra))
+    composer = JobComposer(conf_dir, search)
+    for number, job in enumerate(jobs):
         for item in job:
             key, _, value = item.lstrip("+~").partition("=")
             root = key.split(".")[0].split("/")[0]
             if not item.startswith("+") and root not in keys:
                 raise unknown_choice("top-level key", root, sorted(keys - {"hydra"}))
-            if key in GROUPS and value not in ("null", ""):
-                choices = group_choices(conf_dir, key, extra)
-                if value not in choices and (message := renamed_message(key, value)):
+            if key in GROUPS and value not in ("null", "") and value not in choices(key):
+                if message := renamed_message(key, value):
                     raise ConfigError(message)  # an old name (config.renames), unless a --config-dir has it
-                if value not in choices:
-                    raise unknown_choice(key, value, choices)
-        first = number == 0
-        cfg = compose([*job, *search, *(placement if first else [])], return_hydra_config=first, directory=conf_dir)
-        if first:
+                raise unknown_choice(key, value, choices(key))
+        if number == 0:
+            cfg = compose([*job, *search, *placement], return_hydra_config=True, directory=conf_dir)
             check_output_dir(cfg, multirun)
             check_plugin_options(cfg)
+        else:
+            cfg = composer(job)
         validate(cfg)
+
+
+class JobComposer:
+    """The configs of a grid's jobs, each as Hydra composes it, without composing each one (a second
+    with Hydra): the jobs that choose the same config files share one composition, and their plain
+    values (key=value) are set on a copy of it. Anything else (+key, ~key, a value the composed config
+    does not take) is composed by Hydra, whose error is the one to report."""
+
+    def __init__(self, conf_dir: Path, search: list[str]):
+        self.conf_dir, self.search = conf_dir, search
+        self.bases: dict[tuple[str, ...], object] = {}
+
+    def __call__(self, job: list[str]):
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from omegaconf import OmegaConf, open_dict
+
+        from fedbench.config.compose import compose
+
+        files = tuple(o for o in job if o[0] in "+~" or "/" in o.split("=", 1)[0] or o.split("=", 1)[0] in GROUPS)
+        values = [o for o in job if o not in files]
+        try:
+            if files not in self.bases:
+                self.bases[files] = compose([*files, *self.search], directory=self.conf_dir)
+            cfg = self.bases[files].copy()
+            for o in OverridesParser.create().parse_overrides(values):
+                if OmegaConf.select(cfg, o.key_or_group, default="<absent>") == "<absent>":
+                    raise KeyError(o.key_or_group)
+                with open_dict(cfg):
+                    OmegaConf.update(cfg, o.key_or_group, o.value(), merge=False)
+            return cfg
+        except Exception:  # Hydra's own composition reports it (or takes it)
+            return compose([*job, *self.search], directory=self.conf_dir)
 
 
 def check_no_grid(overrides: list[str]) -> None:

@@ -32,6 +32,7 @@ class Spec:
     valid: str = ""
     choices: tuple[str, ...] = ()
     nonempty: bool = False
+    max_length: int | None = None  # a string the store keeps in a column of this size
     hint: str = ""
 
 
@@ -59,14 +60,15 @@ class Engine:
     client_state_device: str = spec("where per-client state lives", pattern=DEVICE + "|disk",
                                     valid="auto (= engine.device), cpu, cuda[:k], mps or disk")
     dtype: Literal["float32", "float64"] = spec("floating-point precision")
-    threads: int = spec("torch CPU threads (0 = torch's default)", ge=0)
+    threads: int = spec("torch CPU threads (0 = torch's default; at most the machine's cores)", ge=0)
 
 
 @dataclass
 class Tracking:
     uri: Optional[str] = spec("MLflow tracking URI (null = the local store)")
-    experiment: str = spec("MLflow experiment", nonempty=True, valid="the name of an MLflow experiment")
-    run_name: Optional[str] = spec("MLflow run name")
+    experiment: str = spec("MLflow experiment", nonempty=True, valid="the name of an MLflow experiment",
+                           max_length=256)
+    run_name: Optional[str] = spec("MLflow run name", max_length=250)
     checkpoint_every: int = spec("rounds between checkpoints (0 = never)", ge=0)
     artifacts: bool = spec("log the metrics CSV, curves and resolved config")
     skip_finished: bool = spec("in a sweep, skip a configuration that FINISHED")

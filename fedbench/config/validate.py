@@ -10,6 +10,7 @@ without preflight, or a job that a launcher runs in another process."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -118,6 +119,11 @@ def check_across(values: dict[str, Any]) -> None:
     check(not values["stop_at_targets"] or (targets and values["eval_every"]),
           f"stop_at_targets=true needs targets to reach and a test evaluation to see them (got targets={targets}, "
           f"eval_every={values['eval_every']})")
+    # more torch threads than cores only slow it down, and 100000 exhaust the machine (a segfault); the
+    # message names no number, so that it reads the same on every machine (docs/bad_inputs.md)
+    check(values["engine"]["threads"] <= (os.cpu_count() or 1),
+          f"engine.threads={values['engine']['threads']} is more than this machine's CPU cores (os.cpu_count()); "
+          "use at most that many, or engine.threads=0 for torch's default")
     device = values["engine"]["device"]
     if device.startswith("cuda"):
         import torch

@@ -108,6 +108,7 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
     if positive:
         if dataset.task != "classification":
             raise ConfigError(f"data.binary_classes needs a classification data set; {cfg.dataset.name} is {dataset.task}")
+        check_binary_classes(list(positive), dataset.num_classes, str(cfg.dataset.name))
         dataset = dataset.to_binary(list(positive))
     population = dataset.population
     if population is None:
@@ -197,3 +198,15 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
         )
         out.append((fed, info))
     return out
+
+
+def check_binary_classes(positive: list, num_classes: int, name: str) -> None:
+    """data.binary_classes must name classes of the data set, and leave at least one out: a task whose
+    labels are all 1 (or all 0) trains nothing and scores accuracy 1.0."""
+    valid = f"{name} has the {num_classes} classes 0..{num_classes - 1}"
+    unknown = [c for c in positive if not isinstance(c, int) or not 0 <= c < num_classes]
+    if unknown:
+        raise ConfigError(f"data.binary_classes={positive}: {', '.join(map(str, unknown))} not a class; {valid}")
+    if len(set(positive)) == num_classes:
+        raise ConfigError(f"data.binary_classes={positive} names every class, a task with one label; {valid}: "
+                          "leave at least one out (label 0)")

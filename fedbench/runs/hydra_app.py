@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedbench.config.compose import conf_dir, register_resolvers
+from fedbench.config.compose import checked_conf_dir, register_resolvers
 from fedbench.core.errors import FedbenchError, report_error
 
 HYDRA_FLAGS = """Hydra flags that `fedbench run` passes through:
@@ -155,12 +155,8 @@ def hydra_main(argv: list[str]) -> int:
 
     install()
     argv = withhold(argv)  # before Hydra: its config, .hydra/ and the record never hold the password
-    CONF_DIR = conf_dir()
+    CONF_DIR = checked_conf_dir()
     register_resolvers()
-    if not (CONF_DIR / "config.yaml").is_file():
-        origin = "FEDBENCH_CONF" if os.environ.get("FEDBENCH_CONF") else "the installed package"
-        raise ConfigError(f"no config.yaml in the config directory {CONF_DIR} (from {origin}); point FEDBENCH_CONF "
-                          "at a copy of fedbench/config/conf, or unset it to use the packaged configs")
     if "--hydra-help" in argv:  # Hydra's own text advertises a shell completion that `fedbench run` cannot offer
         print(HYDRA_FLAGS)
         return 0

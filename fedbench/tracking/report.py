@@ -26,9 +26,9 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
     import pandas as pd
 
     from fedbench.core.errors import ConfigError
-    from fedbench.tracking.store import one_line, resolve_tracking_uri, store_client
+    from fedbench.tracking.store import existing_store, one_line, store_client
 
-    store = resolve_tracking_uri(uri)
+    store = existing_store(uri)
     try:
         client = store_client(store)
         exp = client.get_experiment_by_name(experiment)

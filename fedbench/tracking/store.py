@@ -72,6 +72,22 @@ def client_for(uri: str):
 DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "mysql": 3306, "mssql": 1433}
 
 
+def existing_store(uri: str | None, option: str = "--uri") -> str:
+    """The store a reader (report, plot) opens: one that exists. MLflow would create an empty one at a
+    mistyped path (and the default one under outputs/ in whatever folder the command runs in)."""
+    from fedbench.core.errors import ConfigError
+
+    store = uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(DEFAULT_OUTPUTS / 'mlflow.db').resolve()}"
+    if store.startswith(("http://", "https://", "databricks", "postgresql", "mysql", "mssql")):
+        return store  # a server or a database: reaching it is the check
+    path = Path(store.removeprefix("sqlite:///").removeprefix("file://"))
+    if store.startswith("sqlite:///") and not path.is_file() or not store.startswith("sqlite:") and not path.exists():
+        where = option if uri else "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else None
+        fix = f"check {where}" if where else f"run it from the folder fedbench run wrote outputs/ in, or give {option}"
+        raise ConfigError(f"no MLflow store at {path} ({store}); {fix} (a reader never creates a store)")
+    return store
+
+
 def probe_server(uri: str, timeout: float = 5.0) -> None:
     """Connect once to a tracking server or database server: MLflow's own client retries a refused
     connection with backoff for minutes before it gives up (its database stores too)."""

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from fedbench.runs.interrupts import GracefulInterrupt, Interrupted
 from tests.faultkit import SMALL, error_lines, fedbench, runs, start
 from tests.runs.test_faults import run_job_in
 from tests.runs.test_resume import checkpoint_round, interrupt_after
@@ -37,6 +36,8 @@ def wait_for_run(db: Path, proc, deadline: float = 240) -> None:
 
 
 def test_a_second_signal_stops_at_once():
+    from fedbench.runs.interrupts import GracefulInterrupt, Interrupted
+
     with GracefulInterrupt(quiet=True) as stop:
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop.requested and stop.signum == signal.SIGTERM
@@ -100,12 +101,13 @@ def test_sigterm_during_start_up_promises_no_checkpoint(tmp_path):
 
 
 def test_an_interrupt_after_the_record_started_but_before_round_1_marks_it_killed(tmp_path, monkeypatch):
+    from fedbench.runs.interrupts import Interrupted
     from fedbench.runs.single import Job
 
     opened = Job.open
 
     def open_then_signal(self, *args, **kwargs):
-        done = opened(self, *args, **kwargs)
+        opened(self, *args, **kwargs)
         raise Interrupted(signal.SIGTERM)  # the signal arrives right after the MLflow run was created
 
     monkeypatch.setattr(Job, "open", open_then_signal)

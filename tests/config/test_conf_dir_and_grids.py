@@ -1,0 +1,43 @@
+"""FEDBENCH_CONF read as a user means it, and every job of a large grid checked before the first
+(issue 32, items 17 and 20)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedbench.config import compose
+from tests.bad_inputs import diagnose
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_an_empty_fedbench_conf_is_unset(monkeypatch, value):
+    monkeypatch.setenv("FEDBENCH_CONF", value)
+    assert compose.conf_dir_from_env() == compose.PACKAGED_CONF
+
+
+def test_a_relative_fedbench_conf_is_relative_to_the_current_folder(monkeypatch, tmp_path):
+    (tmp_path / "my_conf").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FEDBENCH_CONF", "my_conf")
+    assert compose.conf_dir_from_env() == tmp_path / "my_conf"
+    monkeypatch.setenv("FEDBENCH_CONF", "~/x")
+    assert compose.conf_dir_from_env().is_absolute() and "~" not in str(compose.conf_dir_from_env())
+
+
+@pytest.mark.slow  # 2,001 jobs checked: the point of the test is the size
+def test_a_bad_value_in_job_2001_of_a_grid_stops_it_before_job_0():
+    # eta_l varies slowest: jobs 0..1999 are fine, job 2000 is the first with eta_l=-1
+    assert diagnose("-m eta_l=0.1,0.2,-1 seed=range(0,1000)") == "eta_l must be a finite number > 0, got -1"
+
+
+def test_the_grid_composer_gives_the_config_hydra_composes():
+    from omegaconf import OmegaConf
+
+    from fedbench.config.preflight import JobComposer
+
+    composer = JobComposer(compose.conf_dir(), [])
+    for job in (["seed=3", "eta_l=0.2"], ["algorithm=fedprox", "algorithm.mu=0.5", "rounds=7"],
+                ["partition=iid", "targets=[0.5,0.7]", "tracking.run_name=abc"], ["data.binary_classes=[1,2]"],
+                ["local_steps=null", "local_epochs=2"], ["algorithm=fedavg/adam", "eta_g=0.3"], ["+algorithm.mu=1"],
+                ["partition.seed=5", "seed=2"]):
+        assert OmegaConf.to_yaml(composer(job)) == OmegaConf.to_yaml(compose.compose(job)), job

@@ -1,0 +1,31 @@
+"""A checkpoint that is not this run's (other shapes, another layout) is refused at load, in one
+line with exit code 2, before the MLflow run is touched: never a run marked FAILED mid-way (issue 32, item 17)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedbench.core.errors import ConfigError
+from tests.faultkit import SMALL, runs
+from tests.runs.test_faults import run_job_in
+
+
+@pytest.mark.parametrize("change", ["shapes", "tables", "layout"])
+def test_a_checkpoint_of_another_shape_is_refused_before_training(tmp_path, change):
+    run_job_in(tmp_path, *SMALL, "rounds=2", "algorithm=scaffold")
+    ckpt = tmp_path / "run" / "checkpoint.pt"
+    payload = torch.load(ckpt, weights_only=True)
+    if change == "shapes":
+        payload["server"] = {k: torch.zeros(v.numel() + 1) for k, v in payload["server"].items()}
+    elif change == "tables":
+        name = next(iter(payload["tables"]))
+        payload["tables"][name]["values"] = [torch.zeros(3) for _ in payload["tables"][name]["values"]]
+    else:
+        payload["history"] = {"round": 1}
+    torch.save(payload, ckpt)
+    with pytest.raises(ConfigError, match="does not match this run") as info:
+        run_job_in(tmp_path, *SMALL, "rounds=4", "algorithm=scaffold", "resume=true")
+    assert info.value.exit_code == 2
+    [run] = runs(tmp_path / "m.db")[1]
+    assert run.info.status == "FINISHED" and "failure_reason" not in run.data.tags
