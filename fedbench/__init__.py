@@ -1,11 +1,12 @@
 """fedbench: a federated-optimization research benchmark over batched clients.
 
-From Python: `fedbench.run([...overrides])` and `fedbench.sweep([...])` (see fedbench.runs.api, docs/api.md).
+From Python: `fedbench.run([...overrides])`, `fedbench.sweep([...])`, `fedbench.report()` and `fedbench.plot()`
+(see fedbench.runs.api, docs/api.md).
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["run", "sweep", "summary_table", "RunResult"]
+__all__ = ["run", "sweep", "summary_table", "report", "plot", "RunResult"]
 
 
 def __getattr__(name: str):

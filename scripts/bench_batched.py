@@ -76,9 +76,9 @@ def startup_cost(overrides: list[str], device: str, folder: Path) -> float:
 
 
 def final_accuracies(db: Path) -> dict[str, float]:
-    from mlflow.tracking import MlflowClient
+    from fedbench.tracking.store import store_client
 
-    client = MlflowClient(f"sqlite:///{db}")
+    client = store_client(f"sqlite:///{db}")
     out = {}
     for e in client.search_experiments():
         for r in client.search_runs([e.experiment_id]):

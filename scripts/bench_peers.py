@@ -384,7 +384,7 @@ def run_child(framework: str, workload: str, rounds: int, python: str, threads: 
             log.write_text(proc.stdout + proc.stderr)
             return {"error": f"exit {proc.returncode}, output in {log}"}
         result = json.loads(out.read_text())
-        result["round1"] = torch.load(out.with_suffix(".pt"))
+        result["round1"] = torch.load(out.with_suffix(".pt"), weights_only=True)
     result["startup"] = result.pop("first_round_at") - launched
     return result
 

@@ -2,13 +2,17 @@
 # Installs fedbench with everything its tests use: the test, sweep and tuning extras, Ray and its
 # launcher (scripts/install_ray.sh), PostgreSQL's driver for an MLflow server (`postgres`), the peer
 # frameworks of scripts/bench_peers.py (`peers`: flwr, pfl); and from Debian, where apt is
-# available, Fashion-MNIST and PostgreSQL (the cluster tests start one: scripts/local_cluster.sh).
+# available, Fashion-MNIST, PostgreSQL (the cluster tests start one: scripts/local_cluster.sh) and
+# Chromium with its driver (the results page's browser test, through Selenium from the `test` extra).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v apt-get >/dev/null 2>&1; then
   wanted=()
   [ -d /usr/share/datasets/fashion-mnist ] || wanted+=(dataset-fashion-mnist)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || wanted+=(postgresql)
+  # the results page's browser test (tests/tracking/test_results_page.py): headless Chromium and its driver
+  command -v chromium >/dev/null 2>&1 || wanted+=(chromium)
+  command -v chromedriver >/dev/null 2>&1 || wanted+=(chromium-driver)
   if [ ${#wanted[@]} -gt 0 ]; then
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq

@@ -4,8 +4,8 @@
 # plus one worker node (two `ray start` processes).
 #
 #   bash scripts/local_cluster.sh up [DIR]      # start everything; prints the addresses, writes DIR/env
-#   source DIR/env                              # RAY_ADDRESS, MLFLOW_TRACKING_URI, FEDBENCH_POSTGRES_URI
-#   bash scripts/local_cluster.sh down [DIR]    # stop everything, remove DIR
+#   source DIR/env                              # RAY_ADDRESS, MLFLOW_TRACKING_URI, FEDBENCH_POSTGRES_URI, PGPASSWORD
+#   bash scripts/local_cluster.sh down [DIR]    # stop everything, remove DIR (only a DIR `up` made)
 #   bash scripts/local_cluster.sh stop|start postgres|mlflow|head|worker [DIR]   # one part (fault tests)
 #
 # DIR defaults to /tmp/fedbench-cluster (Ray's socket paths must stay short: keep DIR short). Ports
@@ -13,6 +13,12 @@
 # PYTHON (default python3) is the interpreter with fedbench, mlflow, psycopg2 and ray installed;
 # every process inherits this shell's environment (PYTHONPATH included). PostgreSQL refuses to run
 # as root: as root its processes run as the `postgres` user (Debian's package creates it).
+#
+# Nothing listens beyond 127.0.0.1 (PostgreSQL, MLflow, every Ray part: see RAY_START). PostgreSQL
+# asks for a password (scram-sha-256); `up` generates one for the superuser and one for the role
+# `fedbench`, which owns the MLflow database and is no superuser; DIR/env (mode 600) keeps both.
+# `up` takes a new or empty DIR only, and `down` removes only a DIR that `up` made (MARKER in
+# DIR/env, nothing else in DIR but what this script writes there).
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
@@ -21,6 +27,20 @@ RAY_CPUS=${FEDBENCH_CLUSTER_CPUS:-1} # CPUs each Ray node offers
 
 usage() { echo "usage: $0 up|down [DIR] | $0 start|stop postgres|mlflow|head|worker [DIR]" >&2; exit 2; }
 die() { echo "local_cluster: $*" >&2; exit 1; }
+
+MARKER="# written by fedbench's scripts/local_cluster.sh up"
+LAYOUT="env pg pg.pw artifacts ray initdb.log mlflow.log mlflow.pid ray-head.log ray-head.pid ray-worker.log ray-worker.pid"
+
+ours() {  # DIR was made by `up`: its env carries MARKER and it holds nothing else (else: the odd entry)
+  [ -f "$DIR/env" ] && [ "$(head -n 1 "$DIR/env")" = "$MARKER" ] || return 1
+  local entry
+  for entry in "$DIR"/* "$DIR"/.[!.]*; do
+    [ -e "$entry" ] || continue
+    case " $LAYOUT " in *" $(basename "$entry") "*) ;; *) basename "$entry"; return 1 ;; esac
+  done
+}
+
+secret() { "$PYTHON" -c 'import secrets; print(secrets.token_urlsafe(24))'; }
 
 free_port() { "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
@@ -74,9 +94,23 @@ stop_bg() {  # stop a process group started by start_bg: TERM, then KILL after 2
   rm -f "$pidfile"
 }
 
+# Ray's servers listen on every interface unless their node's IP is literally 127.0.0.1, and Ray
+# swaps 127.0.0.1 for the machine's own IP wherever it meets it (services.resolve_ip_for_localhost,
+# `ray start --node-ip-address` and `ray.init(address=...)` alike). Two switches keep every part on
+# loopback (GCS, raylets, object managers, workers, dashboard and its agents, runtime-env agents,
+# the client server, metrics): DIR/env sets Ray's single-machine mode (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0:
+# the local IP is 127.0.0.1) for every Ray process and driver, and the nodes start through RAY_START,
+# which keeps 127.0.0.1 literal and lets a worker node join in that mode.
+RAY_START='import sys, ray._private.ray_constants as c, ray._private.services as s
+s.resolve_ip_for_localhost = lambda host: host
+c.ENABLE_RAY_CLUSTER = True
+from ray.scripts.scripts import main
+sys.argv[0] = "ray"
+main()'
+
 ray_node() {  # ray_node <name> <ray start arguments...>: one Ray node, kept by `ray start --block`
   local name=$1; shift
-  start_bg "ray-$name" "$PYTHON" -m ray.scripts.scripts start --block --node-ip-address=127.0.0.1 \
+  start_bg "ray-$name" "$PYTHON" -c "$RAY_START" start --block --node-ip-address=127.0.0.1 \
     --num-cpus="$RAY_CPUS" --object-store-memory=100000000 --disable-usage-stats --temp-dir="$DIR/ray" \
     --node-manager-port="$(free_port)" --object-manager-port="$(free_port)" --metrics-export-port="$(free_port)" \
     --dashboard-agent-listen-port="$(free_port)" --dashboard-agent-grpc-port="$(free_port)" \
@@ -128,21 +162,38 @@ stop_part() {
 
 up() {
   [ ! -e "$DIR/env" ] || die "$DIR/env exists: a cluster is up there ($0 down $DIR first)"
+  [ -z "$(ls -A "$DIR")" ] || die "$DIR is not empty: up takes a new or empty folder (down removes all of it)"
   mkdir -p "$DIR/artifacts"
   chmod 755 "$DIR"  # the postgres user (as root) needs to reach DIR/pg
-  cat >"$DIR/env" <<EOF
+  local admin_pw role_pw
+  admin_pw=$(secret) role_pw=$(secret)
+  (umask 077; cat >"$DIR/env" <<EOF
+$MARKER
 export PG_PORT=$(free_port) MLFLOW_PORT=$(free_port) RAY_PORT=$(free_port)
-export FEDBENCH_POSTGRES_URI=postgresql+psycopg2://fedbench@127.0.0.1:\$PG_PORT/mlflow
+# PostgreSQL's role fedbench (owns the database mlflow, no superuser); libpq reads PGPASSWORD
+export FEDBENCH_POSTGRES_URI=postgresql+psycopg2://fedbench@127.0.0.1:\$PG_PORT/mlflow PGPASSWORD=$role_pw
+PG_ADMIN=fedbench_admin PG_ADMIN_PASSWORD=$admin_pw
 export MLFLOW_TRACKING_URI=http://127.0.0.1:\$MLFLOW_PORT
-export RAY_ADDRESS=127.0.0.1:\$RAY_PORT
+export RAY_ADDRESS=127.0.0.1:\$RAY_PORT RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+export DASHBOARD_METRIC_PORT=$(free_port) AUTOSCALER_METRIC_PORT=$(free_port)
 EOF
+  )
   trap 'echo "local_cluster: up failed; stopping what started" >&2; down' EXIT
   mkdir -p "$DIR/pg"
   [ "$(id -u)" -ne 0 ] || chown postgres "$DIR/pg"
-  as_pg "$(pg_bin)/initdb" -D "$DIR/pg" -U fedbench --auth=trust -E UTF8 >"$DIR/initdb.log" 2>&1 \
-    || { tail -n 20 "$DIR/initdb.log" >&2; die "initdb failed"; }
+  local pwfile="$DIR/pg.pw"  # the superuser's password for initdb, readable by it alone, removed at once
+  (umask 077; echo "$admin_pw" >"$pwfile")
+  [ "$(id -u)" -ne 0 ] || chown postgres "$pwfile"
+  as_pg "$(pg_bin)/initdb" -D "$DIR/pg" -U fedbench_admin --auth=scram-sha-256 --pwfile="$pwfile" -E UTF8 \
+    >"$DIR/initdb.log" 2>&1 || { rm -f "$pwfile"; tail -n 20 "$DIR/initdb.log" >&2; die "initdb failed"; }
+  rm -f "$pwfile"
   start_part postgres
-  as_pg "$(pg_bin)/createdb" -h 127.0.0.1 -p "$PG_PORT" -U fedbench mlflow
+  # the SQL on stdin: no password on a command line (ps shows those to every user)
+  as_pg env PGPASSWORD="$admin_pw" "$(pg_bin)/psql" -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U fedbench_admin \
+    -d postgres >/dev/null <<EOF
+CREATE ROLE fedbench LOGIN PASSWORD '$role_pw' NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION;
+CREATE DATABASE mlflow OWNER fedbench;
+EOF
   start_part mlflow
   start_part head
   start_part worker
@@ -153,7 +204,8 @@ EOF
 }
 
 down() {
-  [ -d "$DIR" ] || return 0
+  local odd
+  odd=$(ours) || die "$DIR was not made by '$0 up' (${odd:+it holds $odd, }no env of its own): nothing stopped or deleted"
   for part in worker head mlflow postgres; do stop_part "$part"; done
   rm -rf "$DIR"
 }
@@ -165,10 +217,16 @@ case $cmd in
   start|stop) [ $# -ge 2 ] || usage; DIR=${3:-/tmp/fedbench-cluster} ;;
   *) usage ;;
 esac
-DIR=$(mkdir -p "$DIR" && cd "$DIR" && pwd)
+if [ "$cmd" = up ]; then
+  mkdir -p "$DIR"
+elif [ ! -d "$DIR" ]; then
+  [ "$cmd" = down ] && exit 0  # nothing up there
+  die "$DIR: no such folder (no cluster is up there)"
+fi
+DIR=$(cd "$DIR" && pwd)
 case $cmd in
   up) up ;;
   down) down ;;
-  start) start_part "$2" ;;
-  stop) stop_part "$2" ;;
+  start|stop) ours >/dev/null || die "$DIR was not made by '$0 up': nothing started or stopped"
+    "${cmd}_part" "$2" ;;
 esac

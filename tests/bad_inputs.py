@@ -5,6 +5,7 @@ renders them, with the full messages, into docs/bad_inputs.md."""
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 
 CONF = Path(__file__).resolve().parent.parent / "fedbench" / "config" / "conf"
@@ -90,7 +91,7 @@ CASES: list[tuple[str, str]] = [
     # values that used to end in a traceback or be accepted silently (issue 21)
     ("seed=99999999999999999999", "seed must be an integer in [0, 2**63 - 1], got 99999999999999999999"),
     ("engine.threads=-1", "engine.threads must be an integer >= 0, got -1"),
-    ("engine.client_state_device=tpu", "engine.client_state_device must be auto (= engine.device), cpu, cuda[:k] or mps"),
+    ("engine.client_state_device=tpu", "engine.client_state_device must be auto (= engine.device), cpu, cuda[:k], mps or disk"),
     ("rounds=${oops}", "cannot resolve the config: Interpolation key 'oops' not found"),
     ("tracking.experiment=", "tracking.experiment must be the name of an MLflow experiment, got ''"),
     ("hydra.run.dir=", "hydra.run.dir='' would write the run's checkpoint and .hydra/ into the current folder"),
@@ -111,6 +112,15 @@ CASES: list[tuple[str, str]] = [
     # sweeps: a bad value in any job stops the grid before the first job
     ("-m eta_l=0.1,0.05,-1", "eta_l must be a finite number > 0, got -1"),
     ("-m algorithm=fedavg,fedsdg", "Did you mean 'fedsgd'?"),
+    # issue 35 (populations made on demand)
+    ("dataset=synthetic partition=natural dataset.num_users=1000000 num_clients=1000000",
+     "dataset.num_users=1000000 with dataset.generator=sequential holds every user's data in memory"),
+    ("dataset=synthetic partition=natural dataset.generator=lazy", "dataset.generator='lazy': choose one of sequential, per_user"),
+    ("dataset=synthetic dataset.generator=per_user partition=iid",
+     "partition=iid: dataset.generator=per_user makes each user's data when it is sampled, so only partition=natural"),
+    ("dataset=synthetic dataset.generator=per_user partition=natural num_clients=30 train_loss_every=1",
+     "train_loss_every=1: the full training loss needs every user's data"),
+    ("dataset=synthetic partition=natural dataset.eval_users=-1", "dataset.eval_users must be >= 0 (0 = every user), got -1"),
 ]
 
 
@@ -142,7 +152,7 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("run dataset=fmnist data.root={tmp}/images_14x56", "the IDX header says images of 14x56 pixels; fmnist images are 28x28"),
     ("report --best-by accuracy", "Unknown --best-by 'accuracy'. Available: best_accuracy, final_accuracy, final_loss, rounds_to_<t>."),
     ("report --uri sqlite:///{tmp}/store.db --filter 'tags.foo =='", "--filter 'tags.foo ==' is not a valid MLflow search filter"),
-    ("report --output /nonexistent/x.md", "--output /nonexistent/x.md: the folder /nonexistent does not exist"),
+    ("report --output {tmp}/garbage.db/x.md", "--output <tmp>/garbage.db/x.md: <tmp>/garbage.db is a file, not a folder"),
     ("report --uri sqlite:///{tmp}/garbage.db", "cannot read the MLflow store sqlite:///<tmp>/garbage.db"),
     ("report --uri sqlite:///{tmp}/store.db --target 0.5 --baseline fedavgg", "Did you mean 'fedavg'?"),
     ("data show --out /nonexistent/x.png", "--out /nonexistent/x.png: the folder /nonexistent does not exist"),
@@ -152,6 +162,13 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("plot --uri sqlite:///{tmp}/store.db --metric acc --output {tmp}/p", "Unknown --metric (a metric these runs logged) 'acc'"),
     ("attack dlg --algorithms ''", "--algorithms names no algorithm (got '')"),
     ("attack dlg --attack-lr nan", "--attack-lr must be a finite number > 0, got nan"),
+    # issue 32 (security)
+    ("run dataset=cifar10 data.root={tmp}/cifar_crafted",
+     "cifar-10-batches-py/data_batch_1 is not a CIFAR python batch: it references posix.mknod, which a CIFAR batch never holds"),
+    # issue 33 (report and plot options)
+    ("report --uri sqlite:///{tmp}/store.db --setting nope", "Unknown --setting 'nope': no run records it"),
+    ("report --uri sqlite:///{tmp}/store.db --baseline fedavg", "--baseline fedavg is the speed-up in rounds to a target: give --target too"),
+    ("plot --uri sqlite:///{tmp}/store.db --setting nope --output {tmp}/p", "Unknown --setting 'nope': no run records it"),
 ]
 
 
@@ -180,6 +197,10 @@ def make_fixtures(tmp: Path) -> None:
     client.set_tag(run.info.run_id, "rounds_to_0.5", "2")
     client.log_metric(run.info.run_id, "test_accuracy", 0.6, step=3)
     client.set_terminated(run.info.run_id)
+    # issue 32 (security): CIFAR batches whose first would create a file when unpickled
+    from tests.data.test_safe_loading import Marker, cifar_folder
+
+    cifar_folder(tmp / "cifar_crafted", crafted=pickle.dumps(Marker(tmp / "cifar_crafted" / "marker"), protocol=2))
 
 
 def diagnose_command(line: str, tmp: Path) -> str:

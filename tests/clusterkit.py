@@ -3,6 +3,7 @@ on it, a Ray head and a worker node on 127.0.0.1) driven from Python, and what t
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -40,10 +41,9 @@ class LocalCluster:
         self.dir = folder
         self.env = {**env(), "PYTHON": sys.executable}
         shown = self._script("up", timeout=600).stdout
-        values = subprocess.run(
-            ["bash", "-c", 'source "$1/env" && printf "%s\\n" "$RAY_ADDRESS" "$MLFLOW_TRACKING_URI" "$FEDBENCH_POSTGRES_URI"',
-             "-", str(folder)], capture_output=True, text=True, check=True).stdout.split()
-        self.ray_address, self.mlflow_uri, self.postgres_uri = values
+        self.exported = exported(folder / "env")
+        self.ray_address, self.mlflow_uri, self.postgres_uri = (
+            self.exported[k] for k in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "FEDBENCH_POSTGRES_URI"))
         assert self.mlflow_uri in shown
 
     @classmethod
@@ -103,10 +103,12 @@ class LocalCluster:
         return found
 
     def sql(self, query: str, *args) -> list[tuple]:
-        """Rows straight from the PostgreSQL database behind the MLflow server."""
+        """Rows straight from the PostgreSQL database behind the MLflow server (as its owner role,
+        with the password DIR/env keeps)."""
         import psycopg2
 
-        with psycopg2.connect(self.postgres_uri.replace("postgresql+psycopg2://", "postgresql://")) as conn:
+        with psycopg2.connect(self.postgres_uri.replace("postgresql+psycopg2://", "postgresql://"),
+                              password=self.exported["PGPASSWORD"]) as conn:
             with conn.cursor() as cur:
                 cur.execute(query, args)
                 return cur.fetchall()
@@ -120,6 +122,71 @@ class LocalCluster:
         client = self.client()
         exp = client.get_experiment_by_name(experiment)
         return [] if exp is None else client.search_runs([exp.experiment_id])
+
+
+def exported(env_file: Path) -> dict[str, str]:
+    """The variables `source DIR/env` exports (what a user's shell gets)."""
+    def env_after(script: str) -> dict[str, str]:
+        out = subprocess.run(["bash", "-c", f"{script} env -0", "-", str(env_file)], env={"PATH": os.environ["PATH"]},
+                             capture_output=True, check=True).stdout.decode()
+        return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+
+    before, after = env_after(""), env_after('source "$1";')
+    return {k: v for k, v in after.items() if before.get(k) != v}
+
+
+def process_groups(folder: Path) -> set[int]:
+    """The processes of a cluster: the process groups `start_bg` made (Ray's nodes and their workers,
+    the MLflow server) and PostgreSQL's postmaster."""
+    groups = set()
+    for name in ("ray-head", "ray-worker", "mlflow"):
+        with contextlib.suppress(OSError, ValueError):
+            groups.add(int((folder / f"{name}.pid").read_text()))
+    pids = set()
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        pids.add(int((folder / "pg" / "postmaster.pid").read_text().split()[0]))
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(proc.name)) in groups:
+                    pids.add(int(proc.name))
+    return pids
+
+
+def listening_sockets(pids: set[int]) -> list[tuple[str, int, int, str]]:
+    """(address, port, pid, command) of every TCP socket the processes `pids` listen on, read from
+    /proc (no ss or psutil needed)."""
+    import ipaddress
+
+    listening: dict[int, tuple[str, int]] = {}  # socket inode -> (address, port)
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] != "0A":  # TCP_LISTEN
+                    continue
+                hex_addr, hex_port = fields[1].split(":")
+                raw = bytes.fromhex(hex_addr)
+                raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))  # per 32-bit word, host order
+                listening[int(fields[9])] = (str(ipaddress.ip_address(raw)), int(hex_port, 16))
+    found = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            command = (Path(f"/proc/{pid}/comm")).read_text().strip()
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith("socket:[") and int(target[8:-1]) in listening:
+                        found.append((*listening[int(target[8:-1])], pid, command))
+    return found
+
+
+def is_loopback(address: str) -> bool:
+    import ipaddress
+
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def wait_until(condition, timeout: float, what: str, proc: subprocess.Popen | None = None, poll: float = 0.2):

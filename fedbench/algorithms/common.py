@@ -1,5 +1,5 @@
 """Pieces shared by many algorithms: local SGD with a direction hook and the run's shared extras
-(weight decay, clipping, momentum), weighted means."""
+(weight decay, clipping, momentum), system heterogeneity's random local epochs, weighted means."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from fedbench.core.errors import ConfigError
 from fedbench.core.types import Batch, ClientWork, LocalExtras
 
 Direction = Callable[[int, Tensor, Tensor, Batch], Tensor]
@@ -47,6 +48,32 @@ def local_sgd(
             X_new = prox(X_new, work.lr)
         X = work.masked(t, X_new, X)
     return X
+
+
+EPOCH_TAG = 12  # the stream of the E_i draws: one for every algorithm, so one seed gives FedADMM and FedProx the same E_i
+
+
+def heterogeneous_epochs(work: ClientWork) -> Tensor:
+    """E_i ~ Uniform{1..E} per client and round (fedadmm.md §2.5; E = the configured local_epochs)."""
+    if work.epochs is None:
+        raise ConfigError("hetero_epochs=true draws E_i from {1..local_epochs}: set local_epochs (not local_steps)")
+    E = work.epochs.to(torch.float64)
+    return (work.uniform(EPOCH_TAG) * E).long().minimum(E.long() - 1) + 1
+
+
+def with_hetero_epochs(work: ClientWork, on: bool) -> ClientWork:
+    """The round's work with each client's own E_i ~ U{1..E} epochs when `on` (system heterogeneity: the
+    FedADMM paper's §V-A gives FedADMM and FedProx these draws, FedAvg and SCAFFOLD a fixed E), else as it is."""
+    return work.with_epochs(heterogeneous_epochs(work)) if on else work
+
+
+def check_hetero_schedule(on: bool, local_steps: int | None, local_epochs: int | None) -> None:
+    """The config check of `algorithm.hetero_epochs` (before any work): the draws need local_epochs."""
+    if on and local_epochs is None:
+        raise ConfigError(
+            f"algorithm.hetero_epochs=true draws E_i from {{1..local_epochs}}, but local_epochs=null "
+            f"(local_steps={local_steps}): set local_epochs=E, or algorithm.hetero_epochs=false"
+        )
 
 
 def with_extras(extras: LocalExtras, G: Tensor, X: Tensor) -> Tensor:

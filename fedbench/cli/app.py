@@ -45,11 +45,29 @@ for _module in (run, listing, data, reproduce, attack, report, plot):  # the ord
 
 
 def entrypoint() -> None:
+    from fedbench.core.secrets import install as withhold_passwords
+    from fedbench.runs import interrupts
+
+    withhold_passwords()  # no password of a store URI reaches the terminal or a log
+    interrupts.install()  # SIGTERM ends a run as Ctrl-C does (checkpoint, KILLED, resume command)
     try:
         app()
     except FedbenchError as exc:
         report_error(exc)
         code = exc.exit_code
+    except Exception as exc:
+        from fedbench.config.compose import malformed_yaml
+
+        error = malformed_yaml(exc)  # a config file read outside composition (`run --help`, `list`)
+        if error is None:
+            raise
+        report_error(error)
+        code = error.exit_code
+    except KeyboardInterrupt as exc:  # outside a run (start-up, between a sweep's jobs): no run of its own
+        print(f"error: interrupted ({interrupts.describe(interrupts.signal_of(exc))}) before a run started; "
+              "nothing was checkpointed",
+              file=sys.stderr)
+        code = interrupts.exit_code(exc)
     except SystemExit as exc:
         code = exc.code
     else:

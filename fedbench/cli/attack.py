@@ -85,15 +85,14 @@ def _plot(frame, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5, 3.6))
+    fig, ax = plt.subplots(figsize=(5, 3.6), layout="constrained")
     for name in frame:
         ax.plot(frame.index, frame[name], label=name)
     ax.set_xlabel("attack iteration")
     ax.set_ylabel(r"$\|\hat D_1 - D_1\|_F$")
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -10,8 +10,13 @@ import typer
 app = typer.Typer(help="Inspect data sets and their partitions.", no_args_is_help=True, add_completion=False)
 
 
+POPULATION_SHOWN = 1000  # users of a population made on demand whose labels are counted (each one is made)
+
+
 def client_label_counts(overrides: list[str]):
-    """(config, dataset, parts, counts [N, C]) for the data set and partition the overrides select."""
+    """(config, dataset, parts, counts [N, C]) for the data set and partition the overrides select; for a
+    population made on demand (dataset.generator=per_user), parts is None and counts covers its first
+    POPULATION_SHOWN users."""
     import numpy as np
     from fedbench.config.compose import compose
     from fedbench.config.validate import params_of, partition_of
@@ -22,6 +27,13 @@ def client_label_counts(overrides: list[str]):
         root=str(cfg.data.root), download=bool(cfg.data.download),
         **{k: v for k, v in params_of(cfg.dataset).items() if k not in ("root", "download")},
     )
+    if dataset.population is not None:  # made on demand: label counts of the first users only
+        from fedbench.runs.build import check_population
+
+        pop = dataset.population
+        check_population(cfg, pop)
+        shown = range(min(pop.num_clients, POPULATION_SHOWN))
+        return cfg, dataset, None, np.stack([np.bincount(pop.make(k)[1], minlength=dataset.num_classes) for k in shown])
     labels = dataset.y_train.numpy()
     labels = labels if dataset.task == "classification" else labels.round().astype(int)
     owner = None if dataset.train_owner is None else dataset.train_owner.numpy()
@@ -50,7 +62,7 @@ def save_stacked_bars(counts, path: Path, title: str, class_names: list[str] | N
     import numpy as np
 
     n, c = counts.shape
-    fig, ax = plt.subplots(figsize=(min(3 + 0.12 * n, 16), 4))
+    fig, ax = plt.subplots(figsize=(min(3 + 0.12 * n, 16), 4), layout="constrained")
     cmap = plt.get_cmap("tab10" if c <= 10 else "tab20")
     bottom = np.zeros(n)
     for label in range(c):
@@ -61,8 +73,7 @@ def save_stacked_bars(counts, path: Path, title: str, class_names: list[str] | N
     ax.set_ylabel("samples")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, ncol=1 if c <= 10 else 2, bbox_to_anchor=(1.01, 1), loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -74,7 +85,7 @@ def save_heatmap(counts, path: Path, title: str, class_names: list[str] | None =
     import matplotlib.ticker
 
     n, c = counts.shape
-    fig, ax = plt.subplots(figsize=(min(2 + 0.35 * c, 16), min(2 + 0.12 * n, 12)))
+    fig, ax = plt.subplots(figsize=(min(2 + 0.35 * c, 16), min(2 + 0.12 * n, 12)), layout="constrained")
     im = ax.imshow(counts, aspect="auto", interpolation="nearest", cmap="viridis")
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
@@ -84,9 +95,8 @@ def save_heatmap(counts, path: Path, title: str, class_names: list[str] | None =
     ax.set_ylabel("client")
     ax.set_title(title, fontsize=9)
     fig.colorbar(im, ax=ax, label="samples")
-    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -116,25 +126,29 @@ def show(
     if out is not None:
         check_output_file(out, "--out")
     cfg, dataset, parts, counts = client_label_counts(list(ctx.args))
-    sizes = counts.sum(1)
-    fp = fingerprint(parts)
-    typer.echo(f"dataset={cfg.dataset.name} partition={cfg.partition.name} clients={len(parts)} seed={partition_of(cfg)[0]} "
+    if parts is None:  # a population made on demand: every size is known, labels of the first users counted
+        sizes, num_clients, fp = dataset.population.sizes, dataset.population.num_clients, dataset.population.fingerprint
+        distinct, total = int(sizes.sum()), int(sizes.sum())
+    else:
+        sizes, num_clients, fp = counts.sum(1), len(parts), fingerprint(parts)
+        distinct, total = len(np.unique(np.concatenate(parts))), len(dataset.y_train)  # some splits reuse samples
+    typer.echo(f"dataset={cfg.dataset.name} partition={cfg.partition.name} clients={num_clients} seed={partition_of(cfg)[0]} "
                f"fingerprint={fp}")
-    distinct = len(np.unique(np.concatenate(parts)))  # some splits (dirichlet_balanced) reuse samples
-    typer.echo(f"train samples assigned: {int(sizes.sum())} ({distinct} distinct) of {len(dataset.y_train)}; "
+    counted = "" if len(counts) == num_clients else f" (labels of the first {len(counts)} users, made on demand)"
+    typer.echo(f"train samples assigned: {int(sizes.sum())} ({distinct} distinct) of {total}; "
                f"client size mean {sizes.mean():.2f}, "
                f"stdev {sizes.std(ddof=1) if len(sizes) > 1 else 0.0:.2f}, min {sizes.min()}, max {sizes.max()}; "
-               f"labels per client mean {np.count_nonzero(counts, 1).mean():.2f}")
-    shown = range(len(parts)) if rows == 0 else range(min(rows, len(parts)))
+               f"labels per client mean {np.count_nonzero(counts, 1).mean():.2f}{counted}")
+    shown = range(len(counts)) if rows == 0 else range(min(rows, len(counts)))
     typer.echo(f"{'client':>6} {'size':>7} {'#labels':>7}  label:count")
     for i in shown:
         nz = np.flatnonzero(counts[i])
         typer.echo(f"{i:>6} {sizes[i]:>7} {len(nz):>7}  " + " ".join(f"{c}:{counts[i, c]}" for c in nz))
-    if len(shown) < len(parts):
-        typer.echo(f"... {len(parts) - len(shown)} more (--rows 0 lists all)")
-    path = out or Path("outputs") / "partitions" / f"{cfg.dataset.name}_{cfg.partition.name}_{len(parts)}_{fp}.png"
+    if len(shown) < num_clients:
+        typer.echo(f"... {num_clients - len(shown)} more" + (" (--rows 0 lists all)" if len(counts) == num_clients else ""))
+    path = out or Path("outputs") / "partitions" / f"{cfg.dataset.name}_{cfg.partition.name}_{num_clients}_{fp}.png"
     skew = ", ".join(f"{k}={cfg.partition[k]}" for k in ("alpha", "c", "k", "shards_per_client") if k in cfg.partition)
-    title = f"{cfg.dataset.name}, {cfg.partition.name}{f' ({skew})' if skew else ''}, {len(parts)} clients, seed {partition_of(cfg)[0]}"
+    title = f"{cfg.dataset.name}, {cfg.partition.name}{f' ({skew})' if skew else ''}, {num_clients} clients, seed {partition_of(cfg)[0]}"
     names = CLASS_NAMES.get(cfg.dataset.name) if dataset.task == "classification" else None
     if style == "bars":
         save_stacked_bars(counts, path, title, names)

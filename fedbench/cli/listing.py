@@ -33,26 +33,51 @@ def list_choices() -> None:
                 doc = described[name]
             else:  # a file that selects another registered name with other defaults (cifar10_half)
                 selected, comment = selected_name(group, name)
-                doc = f"-> {selected}: {comment[:100]}"
+                doc = f"-> {selected}: {comment}"
             if name == "fmnist" and group == "dataset":
                 from fedbench.data.locations import fmnist_folder
 
                 found = fmnist_folder()
                 doc += f" [found: {found}]" if found else " [not found: apt-get install dataset-fashion-mnist]"
-            typer.echo(f"  {name:<{width}} {doc}")
+            _echo_row(f"  {name:<{width}} ", doc)
             _echo_imposed(group, name, width)
             for variant in nested.pop(name, []) if group == "algorithm" else []:  # algorithm/<name>/<variant>
                 option = f"{name}/{variant}"
-                typer.echo(f"    {option:<{width - 2}} {selected_name(group, option)[1][:100]}")
+                _echo_row(f"    {option:<{width - 2}} ", selected_name(group, option)[1])
                 _echo_imposed(group, option, width)
         if nested:  # <group>/<paper>/<name>: a paper's own data sets and models
             typer.echo(f"{title} of one paper's setting ({group}=<paper>/<name>):")
             for paper, names in sorted(nested.items()):
                 typer.echo(f"  {paper:<{width}} {', '.join(names)}")
     presets = config_options("experiment")
-    typer.echo("experiments (experiment=<name>: a paper's setting; fedbench reproduce list shows the claims):")
-    for i in range(0, len(presets), 5):
-        typer.echo("  " + "  ".join(f"{p:<22}" for p in presets[i:i + 5]).rstrip())
+    _echo_row("", "experiments (experiment=<name>: a paper's setting; fedbench reproduce list shows the claims):")
+    per_line = max(1, ((_columns() or 122) - 2) // 24)
+    for i in range(0, len(presets), per_line):
+        typer.echo("  " + "  ".join(f"{p:<22}" for p in presets[i:i + per_line]).rstrip())
+
+
+def _columns() -> int | None:
+    """The terminal's width (or COLUMNS); None into a pipe or a file: one whole line per entry, for grep."""
+    import os
+    import shutil
+    import sys
+
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size().columns
+
+
+def _echo_row(lead: str, text: str) -> None:
+    """`lead` then `text`, wrapped to the terminal's width with its next lines under its first: every word
+    of a description shows, none is cut (into a pipe: on one line)."""
+    import textwrap
+
+    columns = _columns()
+    if columns is None or not text:
+        typer.echo(f"{lead}{text}".rstrip())
+        return
+    typer.echo(textwrap.fill(text, max(columns, len(lead) + 30), initial_indent=lead,
+                             subsequent_indent=" " * len(lead), break_long_words=False, break_on_hyphens=False))
 
 
 def config_options(group: str) -> list[str]:
@@ -79,7 +104,7 @@ def selected_name(group: str, option: str) -> tuple[str, str]:
 def _echo_imposed(group: str, option: str, width: int) -> None:
     if group == "algorithm" and (imposed := imposed_settings(conf_dir() / "algorithm" / f"{option}.yaml")):
         shown = ", ".join(f"{k}={'null' if v is None else v}" for k, v in imposed.items())
-        typer.echo(f"  {'':<{width}}   imposes: {shown}")
+        _echo_row(f"  {'':<{width}}   ", f"imposes: {shown}")
 
 
 def imposed_settings(path: Path) -> dict[str, str]:

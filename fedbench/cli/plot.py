@@ -17,12 +17,7 @@ Examples:
   fedbench plot --filter "params.dataset.name = 'fmnist'" --setting partition.alpha
 """
 
-X_AXES = ("round", "floats_up", "floats_down", "wall_time")
 DEFAULT_OUTPUT = Path("outputs/plots/comparison")
-
-
-def _value(v) -> str:
-    return "-" if v is None or (isinstance(v, float) and v != v) else str(v)
 
 
 def plot(
@@ -30,51 +25,23 @@ def plot(
     filter_string: Annotated[str, typer.Option("--filter", help="MLflow search filter, e.g. \"params.eta_l = '0.1'\".")] = "",
     metric: Annotated[str, typer.Option(help="The per-round metric on the y axis (test_accuracy, test_loss, train_loss, ...).")] = "test_accuracy",
     x: Annotated[str, typer.Option(help="The x axis: round | floats_up | floats_down | wall_time.")] = "round",
-    setting: Annotated[list[str] | None, typer.Option(help="Param(s) that tell lines apart besides the algorithm (repeatable); default: every config key that differs.")] = None,
-    output: Annotated[Path, typer.Option(help="File stem: writes STEM.png and STEM.pdf.")] = DEFAULT_OUTPUT,
+    setting: Annotated[list[str] | None, typer.Option(help="Param(s) that tell lines apart besides the method (repeatable); default: every run key that varies.")] = None,
+    output: Annotated[Path, typer.Option(help="File stem: writes STEM.png and STEM.pdf (folders are created).")] = DEFAULT_OUTPUT,
     title: Annotated[str | None, typer.Option(help="The title (default: the setting all runs share).")] = None,
     uri: Annotated[str | None, typer.Option(help="Tracking URI (default: the local store, or MLFLOW_TRACKING_URI).")] = None,
 ) -> None:
-    """A figure of one metric over rounds (or floats uploaded): one line per algorithm and setting,
+    """A figure of one metric over rounds (or floats uploaded): one line per method and setting,
     the mean over seeds with a ± std band, PNG and PDF."""
-    import pandas as pd
-
-    from fedbench.core.errors import ConfigError, check_output_file, unknown_choice
-    from fedbench.tracking.report import differing_settings, hyperparameters, load_runs, method_label
-    from fedbench.tracking.plots import plot_comparison
+    from fedbench.core.errors import check_output_file, unknown_choice
+    from fedbench.tracking.plots import X_AXES, save_figure
+    from fedbench.tracking.report import comparison_plot
 
     if x not in X_AXES:
         raise unknown_choice("--x", x, X_AXES)
-    if output == DEFAULT_OUTPUT:
-        output.parent.mkdir(parents=True, exist_ok=True)
-    check_output_file(output.with_suffix(".png"), "--output")
-    frame = load_runs(uri, experiment, filter_string)
-    if frame.empty:
-        raise ConfigError(f"no FINISHED runs in experiment {experiment!r}" + (f" matching {filter_string!r}" if filter_string else ""))
-    from mlflow.tracking import MlflowClient
-
-    from fedbench.tracking.store import resolve_tracking_uri
-
-    client = MlflowClient(resolve_tracking_uri(uri))
-    keys = setting if setting else differing_settings(frame, exclude_tuned=False)
-    rows = []
-    for _, run in frame.iterrows():
-        values = {m.step: m.value for m in client.get_metric_history(run["run_id"], metric)}
-        if not values:
-            continue
-        xs = ({m.step: m.value for m in client.get_metric_history(run["run_id"], x)} if x != "round"
-              else {r: float(r) for r in values})
-        label = " ".join([method_label(run), *(f"{k}={_value(run.get(f'param:{k}'))}" for k in keys)])
-        rows += [{"label": label, "seed": run.get("param:seed"), x: xs[r], metric: v} for r, v in values.items() if r in xs]
-    if not rows:
-        known = sorted({k for r in frame["run_id"] for k in client.get_run(r).data.metrics})
-        raise unknown_choice("--metric (a metric these runs logged)", metric, known)
-    shared = [c[6:] for c in frame if c.startswith("param:") and c not in hyperparameters(frame)
-              and c[6:] in ("dataset.name", "partition.name", "partition.alpha", "model.name", "num_clients",
-                            "clients_per_round")]
-    heading = title or ", ".join(f"{k}={frame[f'param:{k}'].iloc[0]}" for k in shared)
-    paths = plot_comparison(pd.DataFrame(rows), metric, x, heading, output)
-    typer.echo(f"wrote {', '.join(map(str, paths))} ({frame.shape[0]} runs)", err=True)
+    check_output_file(output.with_suffix(".png"), "--output", create_folders=True)
+    fig, count = comparison_plot(experiment, metric, x, setting, title, filter_string, uri)
+    paths = save_figure(fig, output)
+    typer.echo(f"wrote {', '.join(map(str, paths))} ({count} runs)", err=True)
 
 
 def attach(root: typer.Typer) -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
-
-from fedbench.tracking.report import BEST_BY, build_table, load_runs, method_label, to_markdown
 
 REPORT_EXAMPLES = """
 Examples:
@@ -17,6 +16,8 @@ Examples:
 
   fedbench report --experiment tune --best-by final_accuracy --format csv --output best.csv
 
+  fedbench report --target 0.8 --format html --output results/page.html    # one page: table, curves, provenance
+
   fedbench report --filter "tags.sweep_dir LIKE '%04-10-00'" --setting dataset.name --setting partition.alpha
 """
 
@@ -24,47 +25,51 @@ Examples:
 class Format(str, Enum):
     markdown = "markdown"
     csv = "csv"
+    latex = "latex"
+    html = "html"
+
+
+DEFAULT_PAGE = Path("outputs/report.html")
 
 
 def report(
     experiment: Annotated[str, typer.Option(help="MLflow experiment (tracking.experiment of the runs).")] = "fedbench",
     filter_string: Annotated[str, typer.Option("--filter", help="MLflow search filter, e.g. \"tags.sweep_dir LIKE '%04-10%'\".")] = "",
-    setting: Annotated[list[str] | None, typer.Option(help="Param(s) that make a setting (repeatable); default: every config key that differs between the runs.")] = None,
+    setting: Annotated[list[str] | None, typer.Option(help="Param(s) that make a setting (repeatable); default: every run key that varies across the runs (an algorithm's own keys tell its variants apart instead).")] = None,
     target: Annotated[float | None, typer.Option(help="Accuracy target for the rounds-to-target column (any value: computed from each run's history).")] = None,
     last: Annotated[int, typer.Option(help="Add the mean test accuracy over each run's last K rounds.", metavar="K")] = 0,
-    baseline: Annotated[str | None, typer.Option(help="Algorithm for the speed-up column (needs --target).")] = None,
+    baseline: Annotated[str | None, typer.Option(help="Method for the speed-up column (needs --target).")] = None,
     best_by: Annotated[str | None, typer.Option(help="Keep each algorithm's best config by this metric: final_accuracy | best_accuracy | final_loss | rounds_to_<t>.")] = None,
-    fmt: Annotated[Format, typer.Option("--format", help="Output format.")] = Format.markdown,
-    output: Annotated[Path | None, typer.Option(help="Write the table here instead of stdout.")] = None,
+    fmt: Annotated[Format, typer.Option("--format", help="markdown | csv (numbers: mean, std, n, reached) | latex (booktabs) | html (a self-contained page, default outputs/report.html).")] = Format.markdown,
+    output: Annotated[Path | None, typer.Option(help="Write here instead of stdout (folders are created).")] = None,
     uri: Annotated[str | None, typer.Option(help="Tracking URI (default: the local store, or MLFLOW_TRACKING_URI).")] = None,
 ) -> None:
-    """Tables from MLflow runs: algorithm x setting, accuracy, rounds to target, mean ± std over seeds."""
-    from fedbench.core.errors import ConfigError, check_output_file, unknown_choice
+    """Tables from MLflow runs: method x setting, accuracy, rounds to target, mean ± std over seeds."""
+    from fedbench.core.errors import check_output_file
+    from fedbench.tracking import report as tables
 
-    if best_by and best_by.startswith("rounds_to_") and target is None:
-        try:
-            target = float(best_by.removeprefix("rounds_to_"))
-        except ValueError:
-            raise ConfigError(f"--best-by {best_by!r}: rounds_to_<t> needs a target accuracy t, e.g. rounds_to_0.8") from None
-    if best_by and best_by not in BEST_BY and (target is None or best_by != f"rounds_to_{target:g}"):
-        raise unknown_choice("--best-by", best_by, (*BEST_BY, "rounds_to_<t>"))
+    if fmt is Format.html and output is None:
+        output = DEFAULT_PAGE
+    target = tables.check_request(None, setting, target, baseline, best_by, last)
     if output is not None:
-        check_output_file(output, "--output")
-    frame = load_runs(uri, experiment, filter_string)
-    if frame.empty:
-        raise ConfigError(f"no FINISHED runs in experiment {experiment!r}" + (f" matching {filter_string!r}" if filter_string else ""))
-    algorithms = sorted(set(frame.apply(method_label, axis=1)))
-    if baseline is not None and baseline not in algorithms:
-        raise unknown_choice("--baseline (an algorithm of these runs)", baseline, algorithms)
-    if last < 0:
-        raise ConfigError(f"--last must be >= 0 (0 = no such column), got {last}")
-    if target is not None and not 0 < target <= 1:
-        raise ConfigError(f"--target must lie in (0, 1], got {target}")
-    table = build_table(frame, setting or None, target, baseline, best_by, last)
-    text = table.to_csv(index=False) if fmt is Format.csv else to_markdown(table) + "\n"
+        check_output_file(output, "--output", create_folders=True)
+    frame = tables.finished_runs(uri, experiment, filter_string)
+    tables.check_request(frame, setting, target, baseline, best_by, last)
+    stats = tables.summarize(frame, setting or None, target, baseline, best_by, last)
+    table = tables.format_table(stats, target, baseline)
+    if fmt is Format.html:
+        from fedbench.tracking.page import report_page
+
+        labelled, keys = tables.labelled(frame, setting or None, best_by)
+        report_page(output, labelled, table, keys, experiment, filter_string, uri, " ".join(["fedbench", *sys.argv[1:]]))
+        typer.echo(f"wrote {output} ({len(table)} rows from {len(frame)} runs; opens from disk in any browser)", err=True)
+        return
+    text = {Format.csv: lambda: stats.to_csv(index=False), Format.latex: lambda: tables.to_latex(table),
+            Format.markdown: lambda: tables.to_markdown(table) + "\n"}[fmt]()
     if output is None:
         typer.echo(text, nl=False)
     else:
+        output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text)
         typer.echo(f"wrote {output} ({len(table)} rows from {len(frame)} runs)", err=True)
 

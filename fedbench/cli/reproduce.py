@@ -71,16 +71,21 @@ def reproduce(
     scale: Annotated[str, typer.Option("--scale", help="ci (scaled down, CPU minutes), full (the paper's settings) or an entry's own (fedbench reproduce list)")] = "ci",
     record: Annotated[bool, typer.Option("--record", help="with `all`: record every claim and the compute taken as the "
                                          "catalog's results and docs/results.md (a source checkout)")] = False,
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="with `all`: entries run in this many worker processes at "
+                                      "once, each recording into its own MLflow store outputs/reproduce/<entry>/mlflow.db unless tracking.uri is "
+                                      "given (1 = one after the other)")] = 1,
 ) -> None:
     """Run NAME's grid (seeds included) into the MLflow experiment NAME, print and save the comparison with
     the paper; exit code 1 when a claim does not hold. Extra arguments are Hydra overrides for every job."""
+    from fedbench.core.secrets import withhold
+
     if name == "list":
         list_reproductions()
         return
     if name == "all":
         from fedbench.reproduce.run import reproduce_all
 
-        results, summary = reproduce_all(scale, tuple(ctx.args), echo=typer.echo, record=record)
+        results, summary = reproduce_all(scale, tuple(withhold(ctx.args)), echo=typer.echo, record=record, jobs=jobs)
         typer.echo("\n" + summary.read_text())
         typer.echo(f"saved: {summary}")
         if any(not isinstance(r, str) and not r.holds for r in results.values()):
@@ -92,7 +97,7 @@ def reproduce(
     from fedbench.reproduce.catalog import get
     from fedbench.reproduce.run import reproduce as run_reproduction
 
-    outcome = run_reproduction(get(name), scale, tuple(ctx.args))
+    outcome = run_reproduction(get(name), scale, tuple(withhold(ctx.args)))
     typer.echo("\n" + outcome.markdown)
     typer.echo("\nsaved: " + ", ".join(str(p) for p in outcome.files))
     if not outcome.holds:

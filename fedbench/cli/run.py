@@ -28,7 +28,10 @@ def top_level_keys_help() -> str:
     path = conf_dir() / "config.yaml"
     if not path.is_file():
         return ""
-    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    try:
+        raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception:  # a malformed config.yaml: the command itself reports it, in one line
+        return ""
     groups = [f"{k}={v}" for d in raw.get("defaults", []) if isinstance(d, dict) for k, v in d.items()]
     keys = [f"{k}={v}" for k, v in raw.items() if k not in ("defaults", "hydra") and not isinstance(v, dict)]
     nested = [f"{k}.{j}={v}" for k, sub in raw.items() if k not in ("defaults", "hydra") and isinstance(sub, dict)
@@ -56,7 +59,7 @@ Examples:
 
   fedbench resume outputs/runs/2026-11-22/04-10-00_fedavg_digits_4121
 
-  fedbench resume outputs/multirun/2026-11-22/04-10-00/3       # one job of a sweep
+  fedbench resume outputs/multirun/2026-11-22/04-10-00_4133/3  # one job of a sweep
 """
 
 
@@ -76,10 +79,45 @@ def resume(
     if not (run_dir / CHECKPOINT_NAME).is_file():
         raise ConfigError(f"{run_dir} has no {CHECKPOINT_NAME} (stopped before its first checkpoint); "
                           "start the run again")
+    from fedbench.config.compose import quoted_override
+
     placement = ("resume", "hydra.run.dir")
     overrides = [o for o in OmegaConf.load(saved) if o.lstrip("+~").split("=", 1)[0] not in placement]
+    flags = recorded_config_dirs(run_dir)
     overrides = _renamed(run_dir, overrides)
-    raise typer.Exit(hydra_main([*overrides, f"hydra.run.dir={run_dir.resolve()}", "resume=true"]))
+    # the folder as a quoted value: a path with `,` `=` `[` `]` spaces or quotes is one value of Hydra's grammar
+    raise typer.Exit(hydra_main([*flags, *overrides, quoted_override("hydra.run.dir", str(run_dir.resolve())),
+                                 "resume=true"]))
+
+
+def recorded_config_dirs(run_dir: Path) -> list[str]:
+    """The config folders the run was started with (runs.hydra_app.record_config_dirs, or Hydra's own record of
+    --config-dir for older folders): FEDBENCH_CONF is set again (unless set now), --config-dir passed again."""
+    import os
+
+    from omegaconf import OmegaConf
+
+    from fedbench.config import compose
+    from fedbench.core.errors import ConfigError
+    from fedbench.runs.hydra_app import RECORD_NAME
+
+    record = run_dir / ".hydra" / RECORD_NAME
+    if record.is_file():
+        saved = OmegaConf.to_container(OmegaConf.load(record))
+    else:  # an older folder: Hydra's hydra.yaml lists the --config-dir among its config sources
+        hydra_yaml = run_dir / ".hydra" / "hydra.yaml"
+        sources = OmegaConf.load(hydra_yaml).hydra.runtime.config_sources if hydra_yaml.is_file() else []
+        saved = {"fedbench_conf": None, "config_dirs": [s.path for s in sources
+                                                         if s.provider == "command-line" and s.schema == "file"]}
+    conf, dirs = saved.get("fedbench_conf"), list(saved.get("config_dirs") or [])
+    for path, origin in [(conf, "FEDBENCH_CONF"), *((d, "--config-dir") for d in dirs)]:
+        if path and not Path(path).is_dir():
+            raise ConfigError(f"{run_dir} was started with {origin} {path}, which no longer exists; restore that "
+                              "folder to resume the run")
+    if conf and not os.environ.get("FEDBENCH_CONF"):
+        os.environ["FEDBENCH_CONF"] = conf  # for the jobs' own processes too
+        compose.CONF_DIR = Path(conf)
+    return [arg for d in dirs for arg in ("--config-dir", d)]
 
 
 

@@ -160,7 +160,8 @@ def parameters(factory: Callable, skip: int) -> tuple[list[str] | None, dict[str
         return None, {}
     accepted = list(signature.parameters)[skip:]
     try:
-        hints = typing.get_type_hints(factory)
+        plain_class = inspect.isclass(factory) and not dataclasses.is_dataclass(factory)
+        hints = typing.get_type_hints(factory.__init__ if plain_class else factory)  # a class's own: its fields'
     except Exception:  # an annotation that does not evaluate here: check the names alone
         hints = {}
     return accepted, {k: hints.get(k, inspect.Parameter.empty) for k in accepted}

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-CONF_DIR = Path(os.environ.get("FEDBENCH_CONF", Path(__file__).resolve().parent / "conf"))
+PACKAGED_CONF = Path(__file__).resolve().parent / "conf"
+
+
+def conf_dir_from_env() -> Path:
+    """FEDBENCH_CONF as a user means it: a path relative to the current folder, `~` expanded, and
+    empty (FEDBENCH_CONF= in a script) the same as unset: the packaged configs."""
+    value = os.environ.get("FEDBENCH_CONF", "").strip()
+    return Path(value).expanduser().resolve() if value else PACKAGED_CONF
+
+
+CONF_DIR = conf_dir_from_env()
 
 
 def conf_dir() -> Path:
@@ -49,35 +60,78 @@ def compose(overrides: list[str] | tuple[str, ...] = (), checked: bool = False,
 def _composed(directory: Path, overrides: list[str], with_hydra: bool) -> DictConfig:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-    from hydra.errors import ConfigCompositionException, MissingConfigException
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 
-    from fedbench.core.errors import ConfigError
+    from fedbench.core.errors import ConfigError, unknown_choice
 
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
             return hydra_compose("config", overrides=overrides, return_hydra_config=with_hydra)
-    except MissingConfigException as exc:
+    except MissingConfigException as exc:  # an unknown choice of a group (hydra/launcher=foo): name the valid ones
+        missing = re.search(r"Could not find '(.+)/([^/']+)'", str(exc))
+        if missing and exc.options:
+            raise unknown_choice(missing.group(1), missing.group(2), exc.options) from None
         raise ConfigError(str(exc).splitlines()[0]) from None
+    except OverrideParseException as exc:
+        raise ConfigError(f"cannot parse the overrides: {str(exc).splitlines()[0]} "
+                          "(see https://hydra.cc/docs/advanced/override_grammar/basic)") from None
     except ConfigCompositionException as exc:
         cause = exc.__cause__ or exc
         if "not in struct" in str(cause) and getattr(cause, "full_key", None):
             _not_in_config(directory, overrides, cause.full_key)
+        if hydra_key := re.match(r"Could not override '(hydra\.[^']+)'", str(exc)):
+            _not_in_config(directory, overrides, hydra_key.group(1))
         raise ConfigError(f"{str(exc).splitlines()[0]} ({str(cause).splitlines()[0]})") from None
     except ValueError as exc:  # e.g. engine=null: a group that cannot be left out
         raise ConfigError(f"cannot compose the config: {exc}") from None
+    except Exception as exc:
+        malformed = malformed_yaml(exc)
+        if malformed is None:
+            raise
+        raise malformed from None
+
+
+def malformed_yaml(exc: BaseException):
+    """A ConfigError naming the file, line and problem of a YAML syntax error (raised by PyYAML under
+    Hydra or OmegaConf), or None for any other exception."""
+    from fedbench.core.errors import ConfigError
+
+    error = exc
+    while error is not None and not type(error).__module__.startswith("yaml"):
+        error = error.__cause__ or error.__context__
+    if error is None:
+        return None
+    mark = getattr(error, "problem_mark", None)
+    where = f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "a config file"
+    problem = " ".join(str(getattr(error, "problem", None) or error).split())
+    return ConfigError(f"malformed YAML in {where}: {problem}; fix the file (a config under the config directory, "
+                       "FEDBENCH_CONF or --config-dir)")
 
 
 def _not_in_config(directory: Path, overrides: list[str], key: str) -> None:
     """An override of a key the composed config lacks: added (+key=value), the key is checked like
     any other (an unknown one gets its did-you-mean); a known one only needs the `+`."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from fedbench.config.checker import unknown_key
+    from fedbench.config.renames import moved_message
     from fedbench.config.validate import validate
     from fedbench.core.errors import ConfigError
-
-    from fedbench.config.renames import moved_message
 
     item = next((o for o in overrides if o.split("=", 1)[0] == key), None)
     if item is None:
         return
+    if key.startswith("hydra."):  # Hydra's settings and plugins' options: a key they lack is unknown
+        section, _, name = key.rpartition(".")
+        try:
+            with initialize_config_dir(config_dir=str(directory), version_base=None):
+                full = hydra_compose("config", overrides=[o for o in overrides if o is not item], return_hydra_config=True)
+            known = list(OmegaConf.select(full, section).keys())
+        except Exception:
+            return
+        raise unknown_key(section, name, [k for k in known if not str(k).startswith("_")])
     if message := moved_message(key, item.split("=", 1)[1]):
         raise ConfigError(message)  # a key that moved (config.renames), e.g. algorithm.weight_decay
     try:
@@ -86,3 +140,12 @@ def _not_in_config(directory: Path, overrides: list[str], key: str) -> None:
         return
     validate(cfg)
     raise ConfigError(f"{key} is not in this config (its group's file does not set it): add it with +{item}")
+
+
+def quoted_override(key: str, value: str) -> str:
+    """`key='value'` in Hydra's override grammar for any string (a path with `,`, `=`, brackets, spaces, quotes,
+    `${`): quoted, with a quote and `${` escaped and the backslashes before them (or at the end) doubled."""
+    import re
+
+    escape = {"'": "\\'", "${": "\\${", "": ""}
+    return f"{key}='" + re.sub(r"(\\*)('|\$\{|$)", lambda m: m.group(1) * 2 + escape[m.group(2)], value) + "'"

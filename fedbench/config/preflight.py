@@ -63,8 +63,12 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
     extra = extra_config_dirs(argv)
     search = [f"hydra.searchpath=[{','.join(d.as_uri() for d in extra)}]"] if extra else []
     multirun = "--multirun" in argv or "-m" in argv
-    placement = [o for o in overrides if o.startswith(("hydra.run.", "hydra.sweep."))]
-    check_output_value(placement)
+    check_output_value([o for o in overrides if o.startswith(("hydra.run.", "hydra.sweep."))])
+    if not multirun:
+        check_no_grid(overrides)
+    # Hydra's own settings (launcher, sweeper, hydra.* keys) are composed with the first job: Hydra's
+    # errors become one line there, before Hydra runs anything
+    placement = overrides_without_sweeps([o for o in overrides if o.lstrip("+~").startswith(("hydra.", "hydra/"))])
     if any("hydra/sweeper=" in a or a.startswith("hydra.sweeper") for a in overrides):
         overrides = [a for a in overrides if not a.startswith("hydra")]  # a search: check the base config
         jobs = [overrides_without_sweeps(overrides)]
@@ -90,7 +94,48 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
         cfg = compose([*job, *search, *(placement if first else [])], return_hydra_config=first, directory=conf_dir)
         if first:
             check_output_dir(cfg, multirun)
+            check_plugin_options(cfg)
         validate(cfg)
+
+
+def check_no_grid(overrides: list[str]) -> None:
+    """A sweep's values (`seed=0,1`) on a command line without -m: Hydra's three-way question, as one line."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except OverrideParseException as exc:
+        raise ConfigError(f"cannot parse the overrides: {str(exc).splitlines()[0]}") from None
+    for o in parsed:
+        if o.is_sweep_override():
+            raise ConfigError(f"{o.input_line} is a grid of values: add -m to run a grid (fedbench run -m ...), "
+                              f"or write {o.get_key_element()}=[...] for a list")
+
+
+# What is valid beyond the type for Hydra plugins' options (keyed as on the command line).
+PLUGIN_SPECS = {"hydra.launcher.max_batch": dict(ge=0, hint="0: as many as fit in half the free memory")}
+
+
+def check_plugin_options(cfg) -> None:
+    """The launcher's and sweeper's options against their class's signature (types, unknown keys) and
+    PLUGIN_SPECS' ranges: a plugin would fail with a traceback in the middle of Hydra's start."""
+    import importlib
+
+    from omegaconf import OmegaConf
+
+    from fedbench.config.checker import check_group
+    from fedbench.config.schema import Spec
+
+    specs = {k: Spec(**v) for k, v in PLUGIN_SPECS.items()}
+    for kind in ("launcher", "sweeper"):
+        try:
+            options = OmegaConf.to_container(cfg.hydra[kind], resolve=True)
+            module, _, name = str(options.pop("_target_")).rpartition(".")
+            factory = getattr(importlib.import_module(module), name)
+        except Exception:  # an interpolation of the job's, a plugin's config without a class: Hydra checks it
+            continue
+        check_group(f"hydra.{kind}", name, options, factory, skip=0, specs=specs)
 
 
 def check_output_value(placement: list[str]) -> None:
@@ -119,6 +164,9 @@ def check_output_dir(cfg, multirun: bool) -> None:
         raise ConfigError(f"cannot create the output folder {folder}: {existing} is a file; set {key}")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(f"cannot create the output folder {folder}: {existing} is not writable; set {key}")
+    from fedbench.runs.ownership import check_free
+
+    check_free(folder, "sweep directory" if multirun else "run directory", resume=multirun or bool(cfg.get("resume")))
 
 
 _FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-name", "-cn", "--config-path", "-cp",

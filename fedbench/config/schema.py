@@ -56,8 +56,8 @@ class Engine:
     device: str = spec("where the run computes", pattern=DEVICE, valid="auto, cpu, cuda[:k] or mps")
     executor: Literal["vmap", "stacked", "loop", "auto"] = spec("how client gradients are batched")
     client_chunk: int = spec("clients trained at once (0 = auto)", ge=0)
-    client_state_device: str = spec("where per-client state lives", pattern=DEVICE,
-                                    valid="auto (= engine.device), cpu, cuda[:k] or mps")
+    client_state_device: str = spec("where per-client state lives", pattern=DEVICE + "|disk",
+                                    valid="auto (= engine.device), cpu, cuda[:k], mps or disk")
     dtype: Literal["float32", "float64"] = spec("floating-point precision")
     threads: int = spec("torch CPU threads (0 = torch's default)", ge=0)
 

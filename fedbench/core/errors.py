@@ -53,17 +53,22 @@ def check(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def check_output_file(path, option: str) -> None:
-    """Fail before any work when `path` (a file a command will write) has no existing, writable folder.
-    Folders are not created on the user's behalf: a mistyped path is more likely than a wanted new tree."""
+def check_output_file(path, option: str, create_folders: bool = False) -> None:
+    """Fail before any work when `path` (a file a command will write) cannot be written. Without
+    `create_folders` its folder must exist (a mistyped path is more likely than a wanted new tree); with
+    it, the folders a command creates when it writes (`--output figs/loss`) must be creatable: the
+    nearest existing one is a writable folder."""
     import os
     from pathlib import Path
 
     folder = Path(path).absolute().parent
-    if not folder.is_dir():
+    if not create_folders and not folder.is_dir():
         raise ConfigError(f"{option} {path}: the folder {folder} does not exist; create it or choose another path")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ConfigError(f"{option} {path}: the folder {folder} is not writable; choose another path")
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"{option} {path}: {existing} is a file, not a folder; choose another path")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {path}: the folder {existing} is not writable; choose another path")
     if Path(path).is_dir():
         raise ConfigError(f"{option} {path} is a folder; give a file name")
 
@@ -78,3 +83,36 @@ def report_error(exc: FedbenchError) -> None:
 
         traceback.print_exc()
     print(f"error: {exc}", file=sys.stderr)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """A write that failed for want of space (or quota): errno's ENOSPC/EDQUOT, SQLite's 'disk is full'."""
+    import errno
+
+    return getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "disk is full" in str(exc)
+
+
+def free_space(folder) -> str:
+    """The space left on the disk of `folder` (its nearest existing parent), e.g. '12.0 MB free'."""
+    import shutil
+    from pathlib import Path
+
+    existing = Path(folder).absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        free = shutil.disk_usage(existing).free
+    except OSError:
+        return "free space unknown"
+    for unit in ("bytes", "kB", "MB", "GB", "TB"):
+        if free < 1000 or unit == "TB":
+            return f"{free:.0f} {unit} free" if unit == "bytes" else f"{free:.1f} {unit} free"
+        free /= 1000
+    return ""
+
+
+def write_failure(exc: BaseException, folder) -> str:
+    """Why a write under `folder` failed, in a few words: a full disk names its free space."""
+    if is_disk_full(exc):
+        return f"no space left on the disk of {folder} ({free_space(folder)})"
+    return f"cannot write to {folder}: {getattr(exc, 'strerror', None) or exc}"

@@ -8,6 +8,8 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from fedbench.data.population import Population
+
 TASKS = ("classification", "binary", "regression")
 
 
@@ -35,10 +37,16 @@ class Dataset:
     train_owner: Tensor | None = None  # client id of each training sample, for natural partitions
     augment: Callable[[Tensor, Tensor], Tensor] | None = None  # minibatch transform (x, keys) -> x, data/augment.py
     model_metrics: Callable[[Tensor], dict[str, float]] | None = None
+    # clients made on demand (x_train/y_train then hold no rows: the population has them)
+    population: Population | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
+
+    @property
+    def num_train(self) -> int:
+        return int(self.population.sizes.sum()) if self.population is not None else len(self.y_train)
 
     def to_binary(self, positive: list[int]) -> Dataset:
         """A binary task: label 1 for the `positive` classes, 0 otherwise (DLG's logistic regression)."""

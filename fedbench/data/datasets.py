@@ -9,10 +9,12 @@ import numpy as np
 import torch
 
 from fedbench.data.base import Dataset, standardize_images
+from fedbench.data.population import Population
+from fedbench.data.synthetic import PerUserSynthetic, check_generator, eval_users as eval_users_of, sequential_users, test_count
 from fedbench.data.checksums import verify as verify_checksums
 from fedbench.data.idx import read_idx
 from fedbench.data.locations import DEBIAN_FASHION_MNIST, IDX_STEMS, find_idx_file, fmnist_folders
-from fedbench.core.errors import DataUnavailableError
+from fedbench.core.errors import DataUnavailableError, check
 from fedbench.core.registry import Registry
 
 DATASETS: Registry = Registry("dataset", package="fedbench.data")
@@ -132,25 +134,28 @@ def synthetic(
     iid: bool = False,
     seed: int = 0,
     test_fraction: float = 0.2,
+    generator: str = "sequential",
+    eval_users: int = 0,
 ) -> Dataset:
-    """Li et al. (FedProx, 2020) generator: u_k ~ N(0, alpha), W_k, b_k ~ N(u_k, 1); B_k ~ N(0, beta),
-    v_k ~ N(B_k, 1), x ~ N(v_k, diag(j^-1.2)); y = argmax(W_k x + b_k); n_k ~ lognormal(4, 2) + 50.
-    Each user's samples are split 80/20 into train/test; `train_owner` is the natural partition."""
-    rng = np.random.default_rng(seed)
-    sizes = (rng.lognormal(4, 2, num_users).astype(int) + 50).clip(max=2000)
-    cov = np.diag(np.arange(1, dim + 1, dtype=float) ** -1.2)
-    w_shared = rng.normal(0, 1, (num_classes, dim))
-    b_shared = rng.normal(0, 1, num_classes)
+    """Li et al. (FedProx, 2020) generator (data/synthetic.py): `train_owner` is the natural partition.
+    `generator`: sequential (one stream, every user in memory) or per_user (each user from its own
+    stream, made when sampled: a population of any size). `eval_users`: the test set is the test data
+    of this many users, a fixed sample drawn with `seed` (0 or >= num_users: every user's)."""
+    check_generator(generator)
+    check(num_users >= 1, f"dataset.num_users must be >= 1, got {num_users}")
+    check(eval_users >= 0, f"dataset.eval_users must be >= 0 (0 = every user), got {eval_users}")
+    tested = np.zeros(num_users, dtype=bool)
+    tested[eval_users_of(seed, num_users, eval_users)] = True
+    if generator == "per_user":
+        return _per_user_synthetic(PerUserSynthetic(seed, num_users, dim, num_classes, alpha, beta, iid), tested,
+                                   test_fraction)
+    sizes, users = sequential_users(seed, num_users, dim, num_classes, alpha, beta, iid, progress=num_users >= 5000)
     xs_tr, ys_tr, own, xs_te, ys_te = [], [], [], [], []
-    for k in range(num_users):
-        u, big_b = rng.normal(0, alpha), rng.normal(0, beta)
-        w, b = (w_shared, b_shared) if iid else (rng.normal(u, 1, (num_classes, dim)), rng.normal(u, 1, num_classes))
-        v = np.zeros(dim) if iid else rng.normal(big_b, 1, dim)
-        x = rng.multivariate_normal(v, cov, sizes[k])
-        y = np.argmax(x @ w.T + b, axis=1)
+    for k, (x, y) in enumerate(users):
         n_test = max(1, int(round(test_fraction * sizes[k])))
         xs_tr.append(x[n_test:]), ys_tr.append(y[n_test:]), own.append(np.full(sizes[k] - n_test, k))
-        xs_te.append(x[:n_test]), ys_te.append(y[:n_test])
+        if tested[k]:
+            xs_te.append(x[:n_test]), ys_te.append(y[:n_test])
     return Dataset(
         torch.tensor(np.concatenate(xs_tr), dtype=torch.float32),
         torch.tensor(np.concatenate(ys_tr), dtype=torch.int64),
@@ -159,4 +164,32 @@ def synthetic(
         num_classes=num_classes,
         name="synthetic",
         train_owner=torch.tensor(np.concatenate(own), dtype=torch.int64),
+    )
+
+
+def _per_user_synthetic(gen: PerUserSynthetic, tested: np.ndarray, test_fraction: float) -> Dataset:
+    """The per_user generator's population: users made when sampled; only the test users now."""
+    n_test = test_count(gen.sizes, test_fraction)
+
+    def train(k: int) -> tuple[np.ndarray, np.ndarray]:
+        x, y = gen.user(k)
+        return x[n_test[k]:], y[n_test[k]:]
+
+    test_ids = np.flatnonzero(tested)
+    if len(test_ids) >= 5000:
+        from tqdm import tqdm
+
+        test_ids = tqdm(test_ids, desc="synthetic test users", unit="user", mininterval=1.0, leave=False, disable=None)
+    xs_te, ys_te = [], []
+    for k in test_ids:
+        x, y = gen.user(int(k))
+        xs_te.append(x[: n_test[k]]), ys_te.append(y[: n_test[k]])
+    return Dataset(
+        torch.empty(0, gen.dim, dtype=torch.float32),
+        torch.empty(0, dtype=torch.int64),
+        torch.tensor(np.concatenate(xs_te), dtype=torch.float32),
+        torch.tensor(np.concatenate(ys_te), dtype=torch.int64),
+        num_classes=gen.num_classes,
+        name="synthetic",
+        population=Population(gen.sizes - n_test, train, gen.fingerprint()),
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +9,7 @@ import torch
 
 from fedbench.data.base import Dataset
 from fedbench.data.datasets import DATASETS
+from fedbench.data.untrusted import fetch_archive
 from fedbench.core.errors import ConfigError, DataUnavailableError, check
 
 HAR_URL = "https://archive.ics.uci.edu/static/public/240/human+activity+recognition+using+smartphones.zip"
@@ -21,18 +21,7 @@ LIBSVM_SETS = {  # name: (train file, test file, path under LIBSVM_URL)
 
 
 def _download(url: str, folder: Path, name: str, hint: str) -> None:
-    from torchvision.datasets.utils import download_and_extract_archive, download_url
-
-    try:
-        if url.endswith(".zip"):
-            download_and_extract_archive(url, str(folder))
-            for inner in list(folder.glob("*.zip")):  # HAR's archive holds another zip
-                with zipfile.ZipFile(inner) as z:
-                    z.extractall(folder)
-        else:
-            download_url(url, str(folder))
-    except Exception as exc:  # network errors come in many types
-        raise DataUnavailableError(f"could not download {name} ({exc.__class__.__name__}: {exc}). {hint}") from None
+    fetch_archive(url, folder, name, hint, unpack=url.endswith(".zip"))
 
 
 def _tensors(x_train, y_train, x_test, y_test, binary: bool, num_classes: int, name: str, owner=None) -> Dataset:

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from fedbench.engine.loop import RunState
-from fedbench.core.errors import FedbenchError
+from fedbench.core.errors import ConfigError
 
 
 TMP_PREFIX = ".ckpt-"
@@ -47,6 +47,26 @@ def save_checkpoint(path: Path, state: RunState, run_id: str | None, config_hash
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_orphans(path.parent)
     _write_atomically(path, payload)
+    for table in state.tables.values():  # only now: a disk table's file may hold what the checkpoint does
+        table.after_checkpoint(state.round)
+
+
+class _Writes:
+    """A file for torch.save that keeps the OSError of a failed write: torch reports it as its own
+    error (a RuntimeError in some versions), and the errno (a full disk) is what the user needs."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
 
 
 def _write_atomically(path: Path, payload: dict) -> None:
@@ -54,7 +74,13 @@ def _write_atomically(path: Path, payload: dict) -> None:
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide the checkpoint from the user's group
         with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
+            writes = _Writes(f)
+            try:
+                torch.save(payload, writes)
+            except Exception as exc:
+                if writes.error is not None and writes.error is not exc:
+                    raise writes.error from None
+                raise
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)  # atomic: a reader sees the old or the new checkpoint, never half
@@ -64,17 +90,18 @@ def _write_atomically(path: Path, payload: dict) -> None:
 
 
 def load_checkpoint(path: Path, state: RunState, device: torch.device) -> dict:
-    """Fill `state` from the checkpoint at `path`; returns the payload's metadata."""
+    """Fill `state` from the checkpoint at `path`; returns the payload's metadata. A file that is not
+    a checkpoint of this run (empty, truncated, another layout, other shapes) is refused in one line
+    before anything is changed, so that no run starts training from it."""
     remove_orphans(path.parent)
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # truncated or foreign file
-        raise FedbenchError(f"{path} is not a readable checkpoint ({exc.__class__.__name__}: "
-                            f"{str(exc).splitlines()[0][:200]}); delete it to start the run again") from None
+    payload = read_payload(path)
+    check_payload(path, payload, state)
     state.round = int(payload["round"])
     state.server = {k: v.to(device) for k, v in payload["server"].items()}
     for name, table in state.tables.items():
         table.load_state_dict(payload["tables"][name])
+        if hasattr(table, "after_load"):
+            table.after_load(int(payload["round"]))
     state.history = list(payload["history"])
     state.floats_up = float(payload["floats_up"])
     state.floats_down = float(payload["floats_down"])
@@ -83,11 +110,76 @@ def load_checkpoint(path: Path, state: RunState, device: torch.device) -> dict:
     return {"run_id": payload["run_id"] or None, "config_hash": payload["config_hash"]}
 
 
+def read_payload(path: Path) -> dict:
+    """The checkpoint's dict (tensors only unpickled: weights_only); one line for anything else."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # empty, truncated or foreign file
+        first = (str(exc).splitlines() or [""])[0][:200]
+        raise ConfigError(f"{path} is not a readable checkpoint ({exc.__class__.__name__}: {first}); "
+                          "delete it to start the run again") from None
+    if not isinstance(payload, dict):
+        raise ConfigError(f"{path} is not a fedbench checkpoint (it holds a {type(payload).__name__}); "
+                          "delete it to start the run again")
+    return payload
+
+
+NUMBER = (int, float)
+FIELDS = {"round": int, "server": dict, "tables": dict, "history": list, "floats_up": NUMBER, "floats_down": NUMBER,
+          "wall_time": NUMBER, "run_id": str, "config_hash": str}
+
+
+def check_payload(path: Path, payload: dict, state: RunState) -> None:
+    """The checkpoint's fields, their types, and every tensor's shape against the state this run
+    built (its model, algorithm and client tables)."""
+
+    def refuse(what: str):
+        raise ConfigError(f"{path} does not match this run ({what}): it was written by another version or run; "
+                          "delete it to start the run again")
+
+    missing = sorted(set(FIELDS) - set(payload))
+    if missing:
+        refuse(f"missing {', '.join(missing)}")
+    for key, kind in FIELDS.items():
+        if not isinstance(payload[key], kind) or (kind is int and isinstance(payload[key], bool)):
+            refuse(f"{key} is a {type(payload[key]).__name__}")
+    if payload["round"] < 0:
+        refuse(f"round {payload['round']}")
+    _check_tensors(refuse, "server", payload["server"], {k: tuple(v.shape) for k, v in state.server.items()})
+    if set(payload["tables"]) != set(state.tables):
+        refuse(f"client tables {sorted(payload['tables'])}, expected {sorted(state.tables)}")
+    for name, table in state.tables.items():
+        saved = payload["tables"][name]
+        if not isinstance(saved, dict) or not {"ids", "values"} <= set(saved):
+            refuse(f"client table {name} has no ids and values")
+        ids, values = saved["ids"], saved["values"]
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or len(values) != len(ids):
+            refuse(f"client table {name}'s ids and values differ in length")
+        shape = tuple(table.spec.shape)
+        for v in values:
+            if not isinstance(v, torch.Tensor) or tuple(v.shape) != shape:
+                refuse(f"client table {name} holds rows of shape {_shape(v)}, this run's are {list(shape)}")
+    if not all(isinstance(h, dict) for h in payload["history"]):
+        refuse("history is not a list of rounds")
+
+
+def _check_tensors(refuse, where: str, saved: dict, expected: dict[str, tuple]) -> None:
+    if set(saved) != set(expected):
+        refuse(f"{where} state {sorted(saved)}, expected {sorted(expected)}")
+    for key, shape in expected.items():
+        if not isinstance(saved[key], torch.Tensor) or tuple(saved[key].shape) != shape:
+            refuse(f"{where} state {key} of shape {_shape(saved[key])}, this run's is {list(shape)}")
+
+
+def _shape(value) -> str:
+    return str(list(value.shape)) if isinstance(value, torch.Tensor) else type(value).__name__
+
+
 def rehash_checkpoint(path: Path, old_hash: str, new_hash: str) -> bool:
     """Re-key a checkpoint written under a config that was since renamed (the same run under new
     names): its config hash becomes `new_hash` if it was `old_hash`. Returns whether it changed."""
-    payload = torch.load(path, map_location="cpu", weights_only=True)
-    if payload["config_hash"] != old_hash:
+    payload = read_payload(path)
+    if payload.get("config_hash") != old_hash:
         return False
     payload["config_hash"] = new_hash
     _write_atomically(path, payload)

@@ -2,11 +2,17 @@
 
 LoSAC's tables are N x M x d floats (4 GB for MNIST defaults): rows live on `device` (CPU if the
 accelerator is short of memory) and exist only for visited clients; a never-seen client reads
-as its initial value.
+as its initial value. For populations of millions, DiskClientStateTable keeps them in a
+memory-mapped file (engine.client_state_device=disk).
 """
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -51,3 +57,123 @@ class ClientStateTable:
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         self.rows = {int(i): v.to(self.device) for i, v in zip(state["ids"], state["values"])}
+
+    def after_checkpoint(self, round_: int) -> None:
+        """A checkpoint holding this table's state_dict is on disk (the disk table writes its rows now)."""
+
+
+DISK_FOLDER = "client_state"
+SPILL_BYTES = 256 * 2**20  # rows changed since the last checkpoint held in memory before they go to the file
+
+
+class DiskClientStateTable(ClientStateTable):
+    """Per-client state of a large population in a memory-mapped file [N, *shape] (sparse: a row
+    takes disk once written) with a `touched` byte per client; a round reads and writes its
+    cohort's rows only.
+
+    Bit-exact resume: rows changed since the last checkpoint stay in memory (`rows`); a checkpoint
+    saves only them, in its own file, and then writes them into the table file, so that the table
+    file holds the state of the last checkpoint (whose changed rows, applied again on resume, make
+    it whole if the process died between the two writes). Changed rows beyond SPILL_BYTES go to the
+    file between checkpoints; the side file then marks the table as ahead of its checkpoint and a
+    resume from that checkpoint is refused rather than continued from a mixed state.
+    """
+
+    def __init__(self, spec: ClientStateSpec, num_clients: int, dtype: torch.dtype, folder: Path, name: str):
+        super().__init__(spec, torch.device("cpu"), dtype)
+        self.num_clients = num_clients
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / f"{name}.bin"
+        self.meta = folder / f"{name}.json"
+        self.np_dtype = torch.empty((), dtype=dtype).numpy().dtype
+        self.loaded = False  # a resume's checkpoint read: the files on disk are this run's
+        self.file: np.memmap | None = None
+        self.rows_read = self.rows_written = 0  # rows moved between memory and the file (tests count them)
+
+    def _open(self, fresh: bool) -> None:
+        """The table file: new and empty for a fresh run (a leftover of another run is replaced), or the
+        one this run wrote (resume)."""
+        if self.file is not None:
+            return
+        mode = "w+" if fresh else "r+"
+        self.file = np.memmap(self.path, dtype=self.np_dtype, mode=mode, shape=(self.num_clients, *self.spec.shape))
+        self.touched = np.memmap(self.path.with_suffix(".touched"), dtype=np.uint8, mode=mode, shape=(self.num_clients,))
+        if fresh:
+            self._write_meta(0, ahead=False)
+
+    def _write_meta(self, round_: int, ahead: bool) -> None:
+        tmp = self.meta.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({"round": round_, "ahead": ahead, "shape": [self.num_clients, *self.spec.shape]}))
+        os.replace(tmp, self.meta)
+
+    def gather(self, ids: list[int], compute_device: torch.device) -> Tensor:
+        self._open(fresh=not self.loaded)
+        on_file = [i for i in ids if i not in self.rows and self.touched[i]]
+        read = dict(zip(on_file, torch.from_numpy(np.asarray(self.file[np.asarray(on_file, dtype=np.int64)])))) \
+            if on_file else {}
+        self.rows_read += len(on_file)
+        initial = None
+        out = []
+        for i in ids:
+            row = self.rows.get(i, read.get(i))
+            if row is None:
+                initial = self._initial(compute_device) if initial is None else initial
+                out.append(initial)
+            else:
+                out.append(row.to(compute_device))
+        return torch.stack(out) if out else torch.empty(0, *self.spec.shape, device=compute_device)
+
+    def scatter(self, ids: list[int], values: Tensor) -> None:
+        self._open(fresh=not self.loaded)
+        super().scatter(ids, values)
+        if len(self.rows) * self.file[0].nbytes > SPILL_BYTES:
+            self._write_meta(-1, ahead=True)  # before the rows: a crash leaves the mark
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.rows:
+            return
+        ids = np.asarray(sorted(self.rows), dtype=np.int64)
+        self.file[ids] = torch.stack([self.rows[i] for i in ids.tolist()]).numpy()
+        self.touched[ids] = 1
+        self.file.flush()
+        self.touched.flush()
+        self.rows_written += len(ids)
+        self.rows = {}
+
+    def state_dict(self) -> dict:
+        """The rows changed since the last checkpoint only (the file holds the rest)."""
+        self._open(fresh=not self.loaded)
+        return {**super().state_dict(), "disk": str(self.path)}
+
+    def after_checkpoint(self, round_: int) -> None:
+        self._open(fresh=not self.loaded)
+        self._flush()
+        self._write_meta(round_, ahead=False)
+
+    def load_state_dict(self, state: dict) -> None:
+        from fedbench.core.errors import FedbenchError
+
+        if "disk" not in state:
+            raise FedbenchError(f"the checkpoint holds client state in memory; {self.path} was asked for "
+                                "(engine.client_state_device=disk): resume with the setting the run began with")
+        if not (self.path.is_file() and self.meta.is_file()):
+            raise FedbenchError(f"the checkpoint's client state table {self.path} is missing; the run cannot resume")
+        meta = json.loads(self.meta.read_text())
+        if meta["ahead"]:
+            raise FedbenchError(f"{self.path} holds client rows written after the last checkpoint (more than "
+                                f"{SPILL_BYTES >> 20} MiB changed between checkpoints); the run cannot resume bit for "
+                                "bit: lower tracking.checkpoint_every, and start it again")
+        self.rows = {int(i): v.to(self.dtype) for i, v in zip(state["ids"], state["values"])}
+        self.loaded = True
+        self._open(fresh=False)
+
+    def after_load(self, round_: int) -> None:
+        """The checkpoint's changed rows into the file again (idempotent), as after that checkpoint."""
+        meta = json.loads(self.meta.read_text())
+        if meta["round"] > round_:
+            from fedbench.core.errors import FedbenchError
+
+            raise FedbenchError(f"{self.path} holds the client state of round {meta['round']}, later than the "
+                                f"checkpoint's round {round_}: the checkpoint is older than its table")
+        self.after_checkpoint(round_)

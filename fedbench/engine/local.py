@@ -52,7 +52,14 @@ class ClientData:
 
     @property
     def num_clients(self) -> int:
-        return self.index.shape[0]
+        return len(self.size)
+
+    def rows(self, ids: Tensor) -> Tensor:
+        """[s, n_max] sample indices into x/y of clients `ids`."""
+        return self.index[ids]
+
+    def prepare(self, ids: list[int]) -> None:
+        """Clients `ids` are about to train (a round's cohorts): nothing to do when all are in memory."""
 
     def blocks(self, num_blocks: int, seed: int | None = None) -> tuple[Tensor, Tensor]:
         """LoSAC's M fixed local data blocks: each client's indices shuffled once (by the run's seed,
@@ -134,7 +141,7 @@ class LocalWork:
 
     def __post_init__(self):
         self.sizes = self.data.size[self.ids]  # [s]
-        self._index = self.data.index[self.ids]  # [s, n_max]
+        self._index = self.data.rows(self.ids)  # [s, n_max]
         self.per_batch, self.steps_per_epoch, self.steps = step_schedule(
             self.sizes, self.batch_size, self.epochs, self.local_steps)
         self.max_steps = int(self.steps.max()) if len(self.steps) else 0

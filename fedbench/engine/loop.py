@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -14,7 +16,7 @@ from torch import Tensor
 from fedbench.core.types import Cohort, State
 from fedbench.algorithms.base import Algorithm
 from fedbench.data.base import Dataset
-from fedbench.engine.client_state import ClientStateTable
+from fedbench.engine.client_state import DISK_FOLDER, ClientStateTable, DiskClientStateTable
 from fedbench.engine.evaluation import evaluate
 from fedbench.engine.gradients import LOOP_BELOW
 from fedbench.engine.local import ClientData, LocalWork, step_schedule
@@ -44,6 +46,7 @@ class Federation:
     aggregation: str  # 'uniform' or 'num_samples'
     client_state_device: torch.device
     device: torch.device
+    client_state_disk: bool = False  # per-client state in memory-mapped files (engine.client_state_device=disk)
     group_by_work: bool = True  # chunks of clients with similar step counts (work_groups)
     eval_batch: int = 4096  # samples per evaluation call (executors.eval_batch_size)
 
@@ -67,12 +70,24 @@ class RunState:
     eval_time: float = 0.0  # evaluations of the global model (test metrics, training loss)
 
 
-def initial_state(fed: Federation) -> RunState:
+def initial_state(fed: Federation, folder: Path | None = None) -> RunState:
+    """Round 0's state. Disk tables (fed.client_state_disk) live in `folder`/client_state (the run
+    directory), or in a temporary folder removed with the state when none is given."""
     server = fed.algorithm.init(fed.x0)
-    tables = {
-        name: ClientStateTable(spec, fed.client_state_device, fed.x0.dtype)
-        for name, spec in fed.algorithm.client_states().items()
-    }
+    specs = fed.algorithm.client_states()
+    if fed.client_state_disk and specs:
+        scratch = None
+        if folder is None:
+            scratch = tempfile.TemporaryDirectory(prefix="fedbench-client-state-")
+            folder = Path(scratch.name)
+        tables: dict[str, ClientStateTable] = {
+            name: DiskClientStateTable(spec, fed.clients.num_clients, fed.x0.dtype, folder / DISK_FOLDER, name)
+            for name, spec in specs.items()
+        }
+        for table in tables.values():
+            table.scratch = scratch  # kept alive (and the folder) while a table is
+    else:
+        tables = {name: ClientStateTable(spec, fed.client_state_device, fed.x0.dtype) for name, spec in specs.items()}
     return RunState(round=0, server=server, tables=tables)
 
 
@@ -177,11 +192,15 @@ def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list
         steps = step_schedule(sizes.cpu(), fed.batch_size, epochs, fed.local_steps)[2].tolist()
         lanes.append(_Lane(fed, state, lane_ids, ids_t, Cohort(round=r, ids=ids_t, sizes=sizes, weights=weights),
                            algo.broadcast(state.server, r), algo.setting.local_lr(r), steps))
+    fed0.clients.prepare([i for lane in lanes for i in lane.ids])  # a population makes its cohorts' data now
     classes: dict[tuple, list[int]] = {}
     for k, fed in enumerate(feds):
         classes.setdefault(mixing_key(fed) if len(feds) > 1 else (), []).append(k)
     chunks: list[list[tuple[int, int]]] = []  # (lane, position in its cohort) of each chunk's clients
     for members in classes.values():
+        if lanes[members[0]].fed.algorithm.chains_clients():  # one client of every lane at a time, in cohort order
+            chunks += [[(k, p) for k in members] for p in range(len(lanes[members[0]].ids))]
+            continue
         rows = [(k, p) for k in members for p in range(len(lanes[k].ids))]
         spread = work_spread(fed0.flat.dim) if fed0.group_by_work else math.inf
         chunks += [[rows[i] for i in group]
@@ -200,8 +219,10 @@ def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list
                 lane.down = lane.fed.algorithm.rebroadcast(lane.state.server, lane.down, first, lane.cohort)
     uploads: list[State] = []
     for chunk, work in zip(chunks, works):
-        up, new_client = lanes[chunk[0][0]].fed.algorithm.client_update(
-            _chunk_down(lanes, chunk), _chunk_state(lanes, chunk), work)
+        algo = lanes[chunk[0][0]].fed.algorithm
+        up, new_client = algo.client_update(_chunk_down(lanes, chunk), _chunk_state(lanes, chunk), work)
+        if algo.chains_clients():
+            up = _relay(lanes, chunk, up)
         for k in sorted({k for k, _ in chunk}):
             at = [j for j, (kk, _) in enumerate(chunk) if kk == k]
             sel = None if len(at) == len(chunk) else torch.tensor(at, device=fed0.device)
@@ -211,6 +232,16 @@ def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list
         uploads.append(up)
     ups = _by_lane(lanes, chunks, uploads)
     return [ClientRound(lane.cohort, lane.down, prepared[k], ups[k], lane.lr, lane.steps) for k, lane in enumerate(lanes)]
+
+
+def _relay(lanes: list[_Lane], chunk: list[tuple[int, int]], up: State) -> State:
+    """Chained rounds: each lane's next client trains from what this one produced (lane.down becomes the
+    relayed broadcast); returns the uploads the server keeps, rows in chunk order."""
+    kept = []
+    for j, (k, _) in enumerate(chunk):
+        lanes[k].down, row = lanes[k].fed.algorithm.relay(lanes[k].down, {key: v[j : j + 1] for key, v in up.items()})
+        kept.append(row)
+    return _concat(kept)
 
 
 @dataclass

@@ -82,6 +82,19 @@ def format_rounds(mean: float, std: float, reached: int, n: int, budget: int) ->
     return format_value(mean, std, rounds=True)
 
 
+def after_text(row) -> str:
+    """A rounds-to-target's final and worst value after the target round, over the seeds that reached it:
+    'final 0.84 ± 0.01, worst 0.79' ('' for other metrics or when no seed reached the target)."""
+    if not row.rounds_metric or not isinstance(row.finals, list):
+        return ""
+    finals, worst = np.asarray(row.finals, dtype=float), np.asarray(row.worst, dtype=float)
+    finals, worst = finals[np.isfinite(finals)], worst[np.isfinite(worst)]
+    if not len(finals):
+        return ""
+    std = finals.std(ddof=1) if len(finals) > 1 else math.nan
+    return f"final {format_value(float(finals.mean()), std)}, worst {(worst.min() if row.higher else worst.max()):.4g}"
+
+
 def format_value(mean: float, std: float, rounds: bool = False) -> str:
     if math.isnan(mean):
         return "n/a"
@@ -100,8 +113,37 @@ def speedup(reference: float, value: float, budget: float) -> tuple[float, str]:
     return reference / value, f"{reference / value:.2f}×"
 
 
+# A run collapses when, having reached a rounds-to-target's target, it ends far from it: an accuracy (mode max)
+# more than COLLAPSE_POINTS below the target, an error or loss (mode min) more than COLLAPSE_FACTOR times above it.
+# Its rounds-to-target still counts (the paper's metric is the first round), but the comparison flags it, the
+# tuning's stability guard rejects the candidate, and the claims say so.
+COLLAPSE_POINTS = 0.10
+COLLAPSE_FACTOR = 10.0
+COLLAPSE_RULE = (f"a run collapses when, after reaching the target, it ends more than {COLLAPSE_POINTS * 100:g} accuracy "
+                 f"points below it (an error or loss: more than {COLLAPSE_FACTOR:g}x above it)")
+
+
+def after_target(metric: Metric, history: pd.DataFrame) -> tuple[float, float, bool]:
+    """A rounds-to-target run's final value, its worst value from the target round on, and whether it collapsed
+    (COLLAPSE_RULE); NaN, NaN, False when the target was not reached."""
+    if metric.source not in history:
+        return math.nan, math.nan, False
+    data = history[["round", metric.source]].dropna().sort_values("round")
+    data = data[data["round"] >= 1]
+    values = data[metric.source].to_numpy(dtype=float)
+    hit = values >= metric.target if metric.mode == "max" else values <= metric.target
+    if not hit.any():
+        return math.nan, math.nan, False
+    after = values[hit.argmax():]
+    final = float(after[-1])
+    if metric.mode == "max":
+        return final, float(np.nanmin(after)), bool(not final >= metric.target - COLLAPSE_POINTS)
+    return final, float(np.nanmax(after)), bool(not final <= metric.target * COLLAPSE_FACTOR)
+
+
 def aggregate(rep: Reproduction, runs: list[RunResult], extra: tuple[Metric, ...] = ()) -> pd.DataFrame:
-    """One row per (arm, metric), the entry's metrics and `extra`: mean and std over seeds of the measured values."""
+    """One row per (arm, metric), the entry's metrics and `extra`: mean and std over seeds of the measured values;
+    a rounds-to-target also has each seed's final and worst value after the target round, and its collapses."""
     rows = []
     keys = list(dict.fromkeys((r.method, r.group, r.setting) for r in runs))
     for method, group, setting in keys:
@@ -115,10 +157,13 @@ def aggregate(rep: Reproduction, runs: list[RunResult], extra: tuple[Metric, ...
             if metric.is_rounds and reached < len(values):
                 mean = math.inf
             std = finite.std(ddof=1) if reached > 1 else math.nan
+            after = [after_target(metric, r.history) if metric.is_rounds else (math.nan, math.nan, False) for r in arm_runs]
             rows.append(dict(method=method, group=group, setting=setting, metric=metric.name, mean=mean, std=std,
                              reached=reached, n=len(values), budget=budget - metric.offset,
                              diverged=sum(r.diverged for r in arm_runs),
-                             rounds_metric=metric.is_rounds, values=values.tolist()))
+                             rounds_metric=metric.is_rounds, higher=metric.mode == "max", values=values.tolist(),
+                             seed_ids=[r.seed for r in arm_runs], finals=[a[0] for a in after], worst=[a[1] for a in after],
+                             collapsed=[r.seed for r, a in zip(arm_runs, after) if a[2]]))
     return pd.DataFrame(rows)
 
 
@@ -132,6 +177,9 @@ def comparison(rep: Reproduction, measured: pd.DataFrame, paper_groups: dict[str
     measured = measured.assign(paper_group=[paper_groups.get(g, g) for g in measured["group"]])
     table = measured.merge(paper.rename(columns={"group": "paper_group"}), on=["method", "paper_group", "metric"], how="left")
     table["paper"] = table["paper"].fillna("")
+    derived = rep.derived_cells()
+    table["paper"] = [f"{p} (derived, not printed)" if p and (m, g, k) in derived else p
+                      for p, m, g, k in zip(table["paper"], table["method"], table["paper_group"], table["metric"])]
     stands_for = (table["paper"] != "") & (table["paper_group"] != table["group"])
     table.loc[stands_for, "paper"] = table["paper"][stands_for] + " (" + table["paper_group"][stands_for] + ")"
     table = table.drop(columns="paper_group")
@@ -140,6 +188,11 @@ def comparison(rep: Reproduction, measured: pd.DataFrame, paper_groups: dict[str
         format_rounds(r.mean, r.std, r.reached, r.n, r.budget) if r.rounds_metric else format_value(r.mean, r.std)
         for r in table.itertuples()
     ]
+    table["seeds"] = ["; ".join(f"{s}: {show(v)}" for s, v in zip(r.seed_ids, r.values)) if isinstance(r.seed_ids, list) else ""
+                      for r in table.itertuples()]
+    table["after_target"] = [after_text(r) for r in table.itertuples()]
+    table["collapse"] = [", ".join(f"seed {s}" for s in r.collapsed) if isinstance(r.collapsed, list) else ""
+                         for r in table.itertuples()]
     lookup = {(r.method, r.group, r.metric): r for r in table.itertuples()}
     paper_speed, speed, speed_value = [], [], []
     for r in table.itertuples():
@@ -194,10 +247,15 @@ def tuning_table(rep: Reproduction, scale: Scale, measured: pd.DataFrame) -> pd.
         last = cell[cell["metric"] == tie]["mean"]
         value = float(row["mean"].iloc[0]) if not row.empty else math.nan
         shown = candidate_text(row.iloc[0]) if not row.empty else "n/a"
+        collapsed = list(row["collapsed"].iloc[0]) if not row.empty and isinstance(row["collapsed"].iloc[0], list) else []
+        if collapsed:
+            shown += " collapsed (" + ", ".join(f"seed {s}" for s in collapsed) + ")"
         rows.append(dict(method=method, group=group, setting=setting, by=name, value=value, shown=shown,
-                         tie_break=float(last.iloc[0]) if not last.empty else math.nan))
+                         tie_break=float(last.iloc[0]) if not last.empty else math.nan, stable=float(not collapsed)))
     table = pd.DataFrame(rows)
-    chosen = pd.concat([pick_best(table[table["group"] == g], ["method"], [("value", higher), ("tie_break", True)])
+    # the stability guard: a candidate with a collapsed seed ranks below every stable one, for every method alike
+    chosen = pd.concat([pick_best(table[table["group"] == g], ["method"], [("stable", True), ("value", higher),
+                                                                            ("tie_break", True)])
                         for g, higher in order.items()])
     picked = set(zip(chosen["method"], chosen["group"], chosen["setting"]))
     table["chosen"] = [k in picked for k in zip(table["method"], table["group"], table["setting"])]
@@ -230,8 +288,10 @@ def tuning_markdown(rep: Reproduction, scale: Scale, tuning: pd.DataFrame) -> st
         return ""
     sizes = tuning.groupby(["method", "group"], sort=False).size()
     rules = dict.fromkeys(rule(r.by, primary(rep, scale, r.group)[1]) for r in tuning.itertuples())
+    guard = (f" Stability guard, the same for every method: a candidate with a collapsed seed ({COLLAPSE_RULE}) "
+             "loses to every candidate without one." if any(tuning["by"].str.startswith("rounds_to")) else "")
     lines = [f"Equal tuning: every method runs {int(sizes.iloc[0])} candidates per group; the winner per method and group "
-             f"has the {'; '.join(rules)}. The comparison and the claims use the winners."
+             f"has the {'; '.join(rules)}.{guard} The comparison and the claims use the winners."
              + (f" Not tuned: {', '.join(scale.tune.fixed)} (the setting in the note)." if scale.tune.fixed else ""), "",
              f"| method | group | candidate | {' / '.join(dict.fromkeys(tuning['by']))} | {tie_break().name} | chosen |",
              "|---|---|---|---|---|---|"]
@@ -240,14 +300,20 @@ def tuning_markdown(rep: Reproduction, scale: Scale, tuning: pd.DataFrame) -> st
     return "\n".join(lines)
 
 
-DISPLAY = ["method", "group", "setting", "metric", "paper", "measured", "paper_speedup", "speedup", "n"]
+DISPLAY = ["method", "group", "setting", "metric", "paper", "measured", "after_target", "collapse", "paper_speedup", "speedup", "n"]
 
 
-def to_markdown(table: pd.DataFrame, title: str = "") -> str:
-    cols = [c for c in DISPLAY if c in table and (c != "setting" or (table[c] != "").any())]
+def display_frame(table: pd.DataFrame) -> pd.DataFrame:
+    """The columns of the comparison a reader compares (DISPLAY), as text; empty ones left out."""
+    cols = [c for c in DISPLAY if c in table and (c not in ("setting", "after_target", "collapse") or (table[c] != "").any())]
     show = table[cols].astype(str)
     if "paper_speedup" in show and not (show["paper_speedup"] != "").any() and not (show["speedup"] != "").any():
         show = show.drop(columns=["paper_speedup", "speedup"])
+    return show
+
+
+def to_markdown(table: pd.DataFrame, title: str = "") -> str:
+    show = display_frame(table)
     header = "| " + " | ".join(show.columns) + " |"
     rule = "|" + "|".join("---" for _ in show.columns) + "|"
     lines = [f"### {title}", ""] if title else []
@@ -259,7 +325,7 @@ def to_csv_frame(table: pd.DataFrame, tuning: pd.DataFrame | None = None) -> pd.
     """The comparison's rows; with a tuning grid also one row per candidate that was not chosen (its primary
     metric), and `chosen` says which rows are winners."""
     cols = ["method", "group", "setting", "metric", "paper", "paper_value", "measured", "mean", "std", "reached", "n",
-            "budget", "paper_speedup", "speedup", "speedup_value", "chosen"]
+            "budget", "after_target", "collapse", "seeds", "paper_speedup", "speedup", "speedup_value", "chosen"]
     if tuning is not None and not tuning.empty:
         others = tuning[~tuning["chosen"]].rename(columns={"by": "metric", "shown": "measured", "value": "mean"})
         table = pd.concat([table.assign(chosen=table["setting"] != ""), others], ignore_index=True)
@@ -371,6 +437,13 @@ def reduction_at_least(text: str, ours: tuple[str, float], others: dict[str, flo
     return Claim(text, reduction >= minimum, f"{detail}: reduction {bound}{reduction:.1%}")
 
 
+def narrowed(claim: Claim, how: str) -> Claim:
+    """The claim with the way its check is narrower than the paper's sentence, printed in its line."""
+    from dataclasses import replace
+
+    return replace(claim, narrower=how)
+
+
 def ratio(num: float, den: float) -> float:
     """num / den, NaN when either is not a finite number or den is 0 (0/0, x/0, inf/inf are undefined)."""
     num, den = float(num), float(den)
@@ -403,3 +476,31 @@ def best(text: str, ours: tuple[str, float], others: dict[str, float], higher: b
     sign = 1 if higher else -1
     holds = all(sign * (mine - v) > margin if strict else sign * (mine - v) >= margin for v in others.values())
     return Claim(text, holds, detail)
+
+
+# ------------------------------------------------------------------------------------------- over seeds
+def seeds_needed(n: int) -> int:
+    """A claim judged on n seeds holds on the mean and on at least 2/3 of them (rounded up): 2 of 3, 4 of 5."""
+    return math.ceil(2 * n / 3)
+
+
+def over_seeds(on_mean: list[Claim], per_seed: dict[int, list[Claim]]) -> list[Claim]:
+    """Each claim of the seeds' mean judged again on every seed alone (a claim matched by its text; one a seed's
+    check did not make counts as not holding there): it holds when it holds on the mean and on
+    seeds_needed(n) of the n seeds; the detail gives each seed's verdict and numbers and names those that
+    disagree with the verdict on the mean."""
+    n, out = len(per_seed), []
+    for claim in on_mean:
+        verdicts = {s: next((c for c in claims if c.text == claim.text), None) for s, claims in per_seed.items()}
+        held = [s for s, c in verdicts.items() if c is not None and c.holds]
+        disagree = [s for s, c in verdicts.items() if (c is not None and c.holds) != claim.holds]
+        holds = claim.holds and len(held) >= seeds_needed(n)
+        each = "; ".join(f"seed {s} {'holds' if c is not None and c.holds else 'does not'}"
+                         + (f" ({c.detail})" if c is not None and c.detail else "" if c is not None else " (not judged)")
+                         for s, c in verdicts.items())
+        agree = (f"seed{'s' if len(disagree) > 1 else ''} {', '.join(map(str, disagree))} disagree{'s' if len(disagree) == 1 else ''}"
+                 " with the mean" if disagree else "every seed agrees with the mean")
+        detail = (f"mean over seeds: {claim.detail or ('holds' if claim.holds else 'does not hold')}; {len(held)}/{n} seeds hold "
+                  f"(need {seeds_needed(n)} and the mean), {agree}; per seed: {each}")
+        out.append(Claim(claim.text, holds, detail, claim.narrower))
+    return out

@@ -143,9 +143,13 @@ class Scale:
 
 @dataclass(frozen=True)
 class Claim:
+    """One checked statement: `text` says what is checked; `narrower`, when the check is narrower than the paper's
+    sentence (the entry's `quote`), says how, and is printed in the claim's line."""
+
     text: str
     holds: bool
     detail: str = ""
+    narrower: str = ""
 
 
 Check = Callable[["pd.DataFrame", str], list[Claim]]
@@ -166,6 +170,7 @@ class Reproduction:
     plot_log: tuple[str, ...] = ()  # rows drawn on a log scale
     notes: str = ""  # deviations from the paper's protocol
     blocked: str = ""  # why it cannot run in fedbench at all (a missing feature), shown by `list`
+    quote: str = ""  # the paper's sentence(s) the claims check, quoted, with page/table/figure
     runner: str = "train"  # train: `fedbench run` per arm and seed | dlg: the DLG attack on round `rounds` (LoSAC Fig. 6)
 
     @property
@@ -182,13 +187,27 @@ class Reproduction:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
         return frame[["method", "group", "metric", "value"]]
 
+    def derived_cells(self) -> set[tuple[str, str, str]]:
+        """(method, group, metric) of the published cells the paper does not print but implies (note 'derived, ...')."""
+        frame = pd.read_csv(PAPERS_DIR / f"{self.name}.csv", dtype=str, keep_default_na=False)
+        if "note" not in frame:
+            return set()
+        rows = frame[frame["note"].str.startswith("derived")]
+        return set(zip(rows["method"], rows["group"], rows["metric"]))
+
 
 REPRODUCTIONS: dict[str, Reproduction] = {}
 
 
 def register(rep: Reproduction) -> Reproduction:
+    from dataclasses import replace
+
+    from fedbench.reproduce.quotes import QUOTES
+
     if rep.name in REPRODUCTIONS:
         raise ValueError(f"reproduction {rep.name!r} registered twice")
+    if not rep.quote and rep.name in QUOTES:
+        rep = replace(rep, quote=QUOTES[rep.name])
     for name, scale in rep.scales.items():
         if scale.tune is not None:
             tuned = [a for a in scale.arms if scale.tune.applies(a.group, a.method)]

@@ -7,7 +7,7 @@ offset = 1; '-' = not reached within 200 rounds.
 from __future__ import annotations
 
 from fedbench.reproduce.entry import Arm, Claim, Metric, Reproduction, Scale, Tune, axis, candidates, register, rounds_to
-from fedbench.reproduce.compare import best, first_to_target, ratio_claim, value
+from fedbench.reproduce.compare import best, first_to_target, narrowed, ratio_claim, value
 
 PAPER = "fedsso"
 BLOCKS = {  # group: (data set, model, thresholds, {method: overrides}) from Table 1 and §3.9
@@ -45,9 +45,11 @@ def model_overrides(model: str) -> tuple[str, ...]:
 def check_table1(table, scale: str) -> list[Claim]:
     if scale == "ci":  # the paper's claim at MNIST MCLR's top threshold, and the spec's proxy target
         g, top = "digits MCLR", f"rounds_to_{BLOCKS['MNIST MCLR'][2][3]:g}"
-        return [first_to_target(f"{g} (for MNIST MCLR): FedSSO reaches {BLOCKS['MNIST MCLR'][2][3]:g} first",
-                                ("FedSSO", value(table, "FedSSO", g, top)), {"FedAvg": value(table, "FedAvg", g, top)}),
-                best("FedSSO's accuracy after 5 rounds is >= 2 points above FedAvg's (fedsso.md §7 target 20)",
+        return [narrowed(first_to_target(f"{g} (for MNIST MCLR): FedSSO reaches {BLOCKS['MNIST MCLR'][2][3]:g} first",
+                                         ("FedSSO", value(table, "FedSSO", g, top)), {"FedAvg": value(table, "FedAvg", g, top)}),
+                         "against FedAvg only (SCAFFOLD, FedDANE, FedNL not run at ci), at one threshold of one block"),
+                best("not the paper's claim (the spec's proxy target, fedsso.md §7 target 20; the paper's Table 1 has FedSSO "
+                     "behind FedAvg at round 5 in all four blocks): FedSSO's accuracy after 5 rounds is >= 2 points above FedAvg's",
                      ("FedSSO", value(table, "FedSSO", g, "acc@5")), {"FedAvg": value(table, "FedAvg", g, "acc@5")}, margin=2)]
     claims = []
     for g, (_, _, thresholds, methods) in BLOCKS.items():
@@ -67,25 +69,32 @@ register(Reproduction(
         "ci": Scale(tuple(Arm(m, "digits MCLR", o) for m, o in (("FedAvg", ("algorithm=fedavg",)), ("FedSSO", ("algorithm=fedsso",)))),
                     (0, 1, 2), "cpu", "~1 min on 2 CPU cores",
                     config="fedsso/table1/ci", paper_groups={"digits MCLR": "MNIST MCLR"},
-                    note="digits over 20 PFL-Non-IID clients (least_samples 2), MCLR, tau = 5, B = 10, alpha = 0.01, eta = 1, 20 rounds"),
+                    note="digits over 20 PFL-Non-IID clients (least_samples 2), MCLR, tau = 5, B = 10, alpha = 0.01, eta = 1, 20 rounds, "
+                         "3 seeds; cut: FedAvg and FedSSO only (not SCAFFOLD, FedDANE, FedNL), one threshold (0.88), "
+                         "the other three blocks not run, the step sizes the spec's proxy's, not tuned"),
     },
     check=check_table1,
 ))
 
+DIGITS_MCLR_D = 64 * 10 + 10  # the MCLR's parameters on digits (8 x 8 pixels, 10 classes)
 COMM = {"FedAvg": ("algorithm=fedavg",), "SCAFFOLD": ("algorithm=scaffold",), "FedDANE": ("algorithm=feddane",),
         "FedNL": ("algorithm=fednl",), "FedSSO": ("algorithm=fedsso",)}
 register(Reproduction(
     name="fedsso/table2", paper=PAPER, title="Table 2: communication per round (in units of FedAvg's n_c)",
     claim="FedSSO communicates as much as FedAvg (n_c), SCAFFOLD and FedDANE twice as much, FedNL d times as much",
     metrics=(Metric("floats_up/round", "per_round", "floats_up"), Metric("floats_down/round", "per_round", "floats_down")),
-    scales={s: Scale(tuple(Arm(m, "digits MCLR", o) for m, o in COMM.items()), (0,), "cpu", "seconds",
+    scales={s: Scale(tuple(Arm(m, "digits MCLR", o) for m, o in COMM.items()), (0, 1, 2), "cpu", "seconds",
                      config=f"fedsso/table2/{s}",
                      note="communication does not depend on the data: digits MCLR, 3 rounds")
             for s in ("ci", "full")},
     check=lambda table, scale: [
         ratio_claim(f"{m}: floats up per round = {k} x FedAvg's", value(table, m, "digits MCLR", "floats_up/round"),
                     value(table, "FedAvg", "digits MCLR", "floats_up/round"), lambda r, k=k: abs(r - k) < 0.05, f"{m} / FedAvg")
-        for m, k in (("FedSSO", 1), ("SCAFFOLD", 2), ("FedDANE", 2))],
+        for m, k in (("FedSSO", 1), ("SCAFFOLD", 2), ("FedDANE", 2))] + [
+        # Table 2: FedNL n_c^2, i.e. d x FedAvg's n_c, d the model's parameters (MCLR on digits: 64 x 10 + 10)
+        ratio_claim(f"FedNL: floats up per round = d x FedAvg's (d = {DIGITS_MCLR_D}, within 5%)",
+                    value(table, "FedNL", "digits MCLR", "floats_up/round"), value(table, "FedAvg", "digits MCLR", "floats_up/round"),
+                    lambda r: abs(r / DIGITS_MCLR_D - 1) < 0.05, "FedNL / FedAvg")],
 ))
 
 register(Reproduction(

@@ -53,7 +53,7 @@ def plot_figure(runs: list[RunResult], rows: tuple[str, ...], path: Path, title:
     if fig is None:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -72,7 +72,7 @@ def draw_figure(runs: list[RunResult], rows: tuple[str, ...], title: str = "", l
     if not runs or not rows:
         return None
     fig, axes = plt.subplots(len(rows), len(groups), figsize=(3.6 * len(groups) + 0.6, 2.9 * len(rows)),
-                             squeeze=False, sharex="col")
+                             squeeze=False, sharex="col", layout="constrained")
     colors = {m: f"C{i % 10}" for i, m in enumerate(methods)}
     cut: dict[str, int] = {}  # method -> its budget, where the panel's x range cuts it
     for j, group in enumerate(groups):
@@ -98,10 +98,13 @@ def draw_figure(runs: list[RunResult], rows: tuple[str, ...], title: str = "", l
                     if i == 0:
                         ax.annotate(text, (at, 1), xycoords=("data", "axes fraction"), fontsize=6, rotation=90,
                                     va="top", ha="right", color=colors[method])
-            for target in marks.targets_for(metric, group):
+            targets = marks.targets_for(metric, group)
+            for target in targets:
                 ax.axhline(target, color="0.35", ls="--", lw=0.9)
-                ax.annotate(f"target {target:g}", (0, target), xycoords=("axes fraction", "data"), fontsize=6,
-                            va="bottom", color="0.35")
+            if targets:  # one label per panel: labels beside close targets (0.8, 0.82) would overlap
+                ax.text(0.99, 0.02, "dashed: target " + ", ".join(f"{t:g}" for t in targets), transform=ax.transAxes,
+                        fontsize=6, ha="right", va="bottom", color="0.35",
+                        bbox=dict(facecolor="white", edgecolor="none", alpha=0.7, pad=1))
             if metric in log_rows:
                 ax.set_yscale("log")
             if xmax is not None:
@@ -119,8 +122,8 @@ def draw_figure(runs: list[RunResult], rows: tuple[str, ...], title: str = "", l
             if lab not in labels:
                 handles.append(h), labels.append(lab)
     labels = [f"{lab} (runs to round {cut[lab]}, cut)" if lab in cut else lab for lab in labels]
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
+    # below the panels, outside them (the constrained layout makes room): never over a curve, never cut off
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 6), fontsize=8, frameon=False)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0.06 if len(labels) <= 6 else 0.1, 1, 1))
     return fig

@@ -16,9 +16,11 @@ from omegaconf import DictConfig
 from fedbench.config.compose import compose, conf_dir, group_choices_of
 from fedbench.core.errors import ConfigError, DataUnavailableError, DivergenceError, FedbenchError, report_error
 from fedbench.reproduce.entry import Arm, Claim, Reproduction, Scale
-from fedbench.reproduce.compare import (RunResult, aggregate, comparison, tie_break, to_csv_frame, to_markdown, tuning_markdown,
-                                        tuning_table, winners)
+from fedbench.reproduce.compare import (COLLAPSE_RULE, RunResult, aggregate, comparison, display_frame, over_seeds,
+                                        seeds_needed, tie_break, to_csv_frame, to_markdown, tuning_markdown, tuning_table,
+                                        winners)
 from fedbench.reproduce.plots import Marks, plot_figure
+from fedbench.tracking.page import Section, provenance, write_page
 
 OUTPUTS = Path("outputs") / "reproduce"
 
@@ -29,6 +31,7 @@ class Outcome:
     claims: list[Claim]
     markdown: str
     files: list[Path]
+    section: Section | None = None  # its part of a results page (tracking.page)
 
     @property
     def holds(self) -> bool:
@@ -231,41 +234,76 @@ def tracking_uri(extra: tuple[str, ...]) -> str:
 
 def evaluate(rep: Reproduction, scale_name: str, runs: list[RunResult]) -> tuple[pd.DataFrame, list[Claim], pd.DataFrame]:
     """The comparison (of each tuned method's winner), the claims judged on it, and the tuning grid (empty when
-    nothing is tuned)."""
+    nothing is tuned). With several seeds each claim is judged on the seeds' mean and on every seed alone
+    (compare.over_seeds); the winners are those of the mean, on every seed."""
     scale = rep.scales[scale_name]
-    measured = aggregate(rep, runs, (tie_break(),) if scale.tune else ())
+    extra = (tie_break(),) if scale.tune else ()
+    measured = aggregate(rep, runs, extra)
     tuning = tuning_table(rep, scale, measured)
-    table = comparison(rep, winners(measured, tuning)[lambda f: f["metric"] != tie_break().name], scale.paper_groups)
-    try:
-        claims = rep.check(table, scale_name)
-    except KeyError as exc:  # a cell the check needs was not measured (a failed arm)
-        claims = [Claim(rep.claim, False, f"missing measurement: {exc}")]
-    except Exception as exc:  # noqa: BLE001 - a check that breaks on odd results is a failed claim, not a traceback
-        first = (str(exc).strip().splitlines() or [""])[0]
-        claims = [Claim(rep.claim, False, f"the claim check failed with {type(exc).__name__}: {first}".rstrip(": "))]
+
+    def judged(measured_runs: pd.DataFrame) -> tuple[pd.DataFrame, list[Claim]]:
+        table = comparison(rep, winners(measured_runs, tuning)[lambda f: f["metric"] != tie_break().name], scale.paper_groups)
+        return table, judge(rep, table, scale_name)
+
+    table, claims = judged(measured)
+    seed_ids = sorted({r.seed for r in runs})
+    broken = len(claims) == 1 and claims[0].detail.startswith(CHECK_FAILED)
+    if len(seed_ids) > 1 and not broken:  # a check that cannot run on the mean is reported once, as it failed
+        claims = over_seeds(claims, {s: judged(aggregate(rep, [r for r in runs if r.seed == s], extra))[1] for s in seed_ids})
     return table, claims, tuning
 
 
-def machine() -> str:
-    """What a measured compute time ran on: 'a 2-core CPU' or the GPU's name."""
+CHECK_FAILED = ("missing measurement: ", "the claim check failed with ")
+
+
+def judge(rep: Reproduction, table: pd.DataFrame, scale_name: str) -> list[Claim]:
+    """The entry's claims on one comparison table; a check that cannot read a cell is a failed claim."""
+    try:
+        return rep.check(table, scale_name)
+    except KeyError as exc:  # a cell the check needs was not measured (a failed arm)
+        return [Claim(rep.claim, False, f"missing measurement: {exc}")]
+    except Exception as exc:  # noqa: BLE001 - a check that breaks on odd results is a failed claim, not a traceback
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return [Claim(rep.claim, False, f"the claim check failed with {type(exc).__name__}: {first}".rstrip(": "))]
+
+
+def collapses(table: pd.DataFrame) -> list[str]:
+    """One line per arm and target with a collapsed seed (compare.COLLAPSE_RULE)."""
+    rows = table[table["collapse"] != ""] if "collapse" in table else table.iloc[0:0]
+    return [f"- {r.method} [{r.group}] {r.metric}: {r.collapse} ({r.after_target})" for r in rows.itertuples()]
+
+
+def machine(extra: tuple[str, ...] = ()) -> str:
+    """What a measured compute time ran on: 'a 2-core CPU' or the GPU's name (the CPU when the command sets
+    engine.device=cpu on a machine with a GPU)."""
     import torch
 
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and "engine.device=cpu" not in extra:
         return f"{torch.cuda.get_device_name(0)} ({os.cpu_count()} CPU cores)"
     return f"a {os.cpu_count()}-core CPU"
 
 
 def report(rep: Reproduction, scale_name: str, table: pd.DataFrame, claims: list[Claim], seconds: float | None = None,
-           tuning: pd.DataFrame | None = None) -> str:
+           tuning: pd.DataFrame | None = None, where: str | None = None) -> str:
     scale = rep.scales[scale_name]
     lines = [f"## {rep.name} — {rep.title} (scale {scale_name})", ""]
+    if rep.quote:
+        lines += [f"Paper: {rep.quote}", ""]
     if scale.note:
         lines += [f"Setting: {scale.note}", ""]
     if seconds is not None:  # the catalog's figure is an estimate; this is what the grid took here
-        lines += [f"Compute: measured {seconds:.0f} s on {machine()} (catalog estimate: {scale.compute})", ""]
+        lines += [f"Compute: measured {seconds:.0f} s on {where or machine()} (catalog estimate: {scale.compute})", ""]
     if tuning is not None and not tuning.empty:
         lines += [tuning_markdown(rep, scale, tuning), ""]
-    lines += [to_markdown(table), "", "Claims:"]
+    n = len(scale.seeds)
+    lines += [to_markdown(table), ""]
+    if "after_target" in table and (table["after_target"] != "").any():
+        lines += [f"After the target round: each rounds-to-target's final and worst value over the seeds that reached it; "
+                  f"{COLLAPSE_RULE}."]
+        lines += (["Collapses:", *collapses(table)] if collapses(table) else ["No run collapsed."]) + [""]
+    lines += [f"Claims (judged on {n} seed{'s' if n > 1 else ''}"
+              + (f": a claim holds on the mean and on at least {seeds_needed(n)} of the {n} seeds" if n > 1 else
+                 ": one seed, the verdict may move with float rounding") + "):"]
     lines += [claim_line(c, scale_name) for c in claims]
     return "\n".join(lines)
 
@@ -275,7 +313,8 @@ def claim_line(claim: Claim, scale_name: str) -> str:
     measured it and it did not hold, which is a result, not an error."""
     verdict = "" if claim.holds or scale_name == "full" else "does not hold at this scale: "
     detail = f" ({verdict}{claim.detail})" if claim.detail else (f" ({verdict.rstrip(': ')})" if verdict else "")
-    return f"- [{'x' if claim.holds else ' '}] {claim.text}{detail}"
+    narrower = f" NARROWER THAN THE PAPER: {claim.narrower}." if claim.narrower else ""
+    return f"- [{'x' if claim.holds else ' '}] {claim.text}{narrower}{detail}"
 
 
 def figure_marks(rep: Reproduction, jobs: list[Job]) -> Marks:
@@ -293,9 +332,10 @@ def figure_marks(rep: Reproduction, jobs: list[Job]) -> Marks:
 
 
 def save(rep: Reproduction, scale_name: str, runs, table, claims, out: Path, stamp: str, uri: str,
-         seconds: float | None = None, tuning: pd.DataFrame | None = None, marks: Marks = Marks()) -> tuple[str, list[Path]]:
+         seconds: float | None = None, tuning: pd.DataFrame | None = None, marks: Marks = Marks(),
+         hashes: pd.DataFrame | None = None, where: str | None = None) -> tuple[str, list[Path], Section]:
     out.mkdir(parents=True, exist_ok=True)
-    markdown = report(rep, scale_name, table, claims, seconds, tuning)
+    markdown = report(rep, scale_name, table, claims, seconds, tuning, where)
     files = [out / "comparison.md", out / "comparison.csv"]
     files[0].write_text(markdown + "\n")
     to_csv_frame(table, tuning).to_csv(files[1], index=False)
@@ -306,18 +346,40 @@ def save(rep: Reproduction, scale_name: str, runs, table, claims, out: Path, sta
                          marks)
     if figure is not None:
         files.append(figure)
+    section = outcome_section(rep, scale_name, table, claims, seconds, tuning, figure, hashes, where)
+    files.append(write_page(out / "page.html", f"fedbench reproduce {rep.name} --scale {scale_name}", [section],
+                            provenance_rows=provenance({"MLflow store": uri, "MLflow runs": f"named {stamp}-*"})))
     log_comparison(rep, scale_name, files, claims, stamp, uri)
-    return markdown, files
+    return markdown, files, section
+
+
+def outcome_section(rep: Reproduction, scale_name: str, table: pd.DataFrame, claims: list[Claim], seconds: float | None,
+                    tuning: pd.DataFrame | None, figure: Path | None, hashes: pd.DataFrame | None,
+                    where: str | None = None) -> Section:
+    """A reproduction's part of a results page: each claim's verdict, paper vs measured, the tuning grid,
+    the figure, and the config hash of every run."""
+    scale = rep.scales[scale_name]
+    paragraphs = [f"Setting: {scale.note}"] if scale.note else []
+    if seconds is not None:
+        paragraphs.append(f"Compute: measured {seconds:.0f} s on {where or machine()} (catalog estimate: {scale.compute})")
+    tables = [("Paper vs measured", display_frame(table))]
+    if tuning is not None and not tuning.empty:
+        shown = tuning[[c for c in ("method", "group", "setting", "by", "shown", "chosen") if c in tuning]]
+        tables.append(("Equal tuning: every candidate and the winner per method", shown))
+    if hashes is not None and not hashes.empty:
+        tables.append(("Runs and their config hashes", hashes))
+    figures = [(f"{rep.name}: mean over seeds, band min to max", figure.read_bytes())] if figure is not None else []
+    return Section(f"{rep.name}: {rep.title} (scale {scale_name})", paragraphs, tables, figures,
+                   [(c.text, c.holds, c.detail) for c in claims],
+                   "does not hold" if scale_name == "full" else "does not hold at this scale")
 
 
 def log_comparison(rep: Reproduction, scale_name: str, files: list[Path], claims: list[Claim], stamp: str, uri: str) -> None:
     """A run named `<stamp>-comparison` in the reproduction's experiment carries the artifacts."""
-    from mlflow.tracking import MlflowClient
+    from fedbench.tracking.store import open_store
 
-    from fedbench.tracking.store import ensure_experiment
-
-    client = MlflowClient(uri)
-    run = client.create_run(ensure_experiment(client, rep.name, uri), run_name=f"{stamp}-comparison",
+    client, experiment_id = open_store(uri, rep.name)
+    run = client.create_run(experiment_id, run_name=f"{stamp}-comparison",
                             tags={"reproduction": rep.name, "scale": scale_name,
                                   "claims_hold": str(all(c.holds for c in claims)).lower()})
     for path in files:
@@ -343,15 +405,32 @@ def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] 
     table, claims, tuning = evaluate(rep, scale_name, runs)
     if failures:
         claims.append(Claim("every job of the grid ran to the end", False, "failed: " + "; ".join(failures)))
-    markdown, files = save(rep, scale_name, runs, table, claims, out / scale_name, stamp, uri,
-                           time.perf_counter() - started, tuning, figure_marks(rep, jobs))
-    return Outcome(table, claims, markdown, files)
+    markdown, files, section = save(rep, scale_name, runs, table, claims, out / scale_name, stamp, uri,
+                                    time.perf_counter() - started, tuning, figure_marks(rep, jobs), config_hashes(jobs),
+                                    machine(extra))
+    return Outcome(table, claims, markdown, files, section)
+
+
+def config_hashes(jobs: list[Job]) -> pd.DataFrame:
+    from fedbench.runs.single import config_hash
+
+    return pd.DataFrame([{"arm": job.arm.slug, "seed": job.seed, "config hash": config_hash(job.cfg)} for job in jobs])
+
+
+def timed_reproduction(name: str, scale_name: str, extra: tuple[str, ...], outputs: Path) -> tuple[Outcome, float]:
+    """One entry by name (in a worker process of `reproduce_all(jobs=...)`) and the seconds it took."""
+    from fedbench.reproduce.catalog import load_catalog
+
+    started = time.perf_counter()
+    outcome = reproduce(load_catalog()[name], scale_name, extra, outputs)
+    return outcome, time.perf_counter() - started
 
 
 def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: Path = OUTPUTS,
-                  echo=print, record: bool = False) -> tuple[dict[str, Outcome | str], Path]:
-    """Every reproduction with this scale that can run here, one after the other; the others are listed
-    with the reason. Returns {name: outcome or why it did not run} and the summary file (Markdown).
+                  echo=print, record: bool = False, jobs: int = 1) -> tuple[dict[str, Outcome | str], Path]:
+    """Every reproduction with this scale that can run here, one after the other (jobs > 1: that many at once,
+    each in a worker process of its own); the others are listed with the reason. Returns {name: outcome or why
+    it did not run} and the summary file (Markdown).
     record: also write the outcome as the catalog's record and docs/results.md (reproduce.results)."""
     from fedbench.reproduce.catalog import load_catalog
     from fedbench.reproduce import results as recorded
@@ -360,6 +439,7 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
         recorded.docs_path()  # a checkout to record into, checked before hours of training
     results: dict[str, Outcome | str] = {}
     seconds: dict[str, float] = {}
+    runnable = []
     for rep in load_catalog().values():
         if scale_name not in rep.scales:
             continue
@@ -367,14 +447,31 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
         if lacking:
             results[rep.name] = f"not run: missing {', '.join(lacking)}"
             continue
+        results[rep.name] = "not run"  # the catalog's order, filled in below
+        runnable.append(rep.name)
+    if jobs > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            # one MLflow store per entry unless the command names one: SQLite takes one writer at a time
+            own = any(o.startswith("tracking.uri=") for o in extra)
+            stores = {name: () if own else (f"tracking.uri=sqlite:///{(outputs / name).resolve()}/mlflow.db",) for name in runnable}
+            for name in runnable:
+                (outputs / name).mkdir(parents=True, exist_ok=True)
+            futures = {name: pool.submit(timed_reproduction, name, scale_name, (*extra, *stores[name]), outputs)
+                       for name in runnable}
+            done = {name: future.exception() or future.result() for name, future in futures.items()}
+    for name in runnable:
         try:
-            echo(f"[reproduce all] {rep.name} --scale {scale_name}")
-            started = time.perf_counter()
-            results[rep.name] = reproduce(rep, scale_name, extra, outputs)
-            seconds[rep.name] = time.perf_counter() - started
-            echo("\n".join(line for line in results[rep.name].markdown.splitlines() if line.startswith("- [")))
+            echo(f"[reproduce all] {name} --scale {scale_name}")
+            outcome = done[name] if jobs > 1 else timed_reproduction(name, scale_name, extra, outputs)
+            if isinstance(outcome, BaseException):
+                raise outcome
+            results[name], seconds[name] = outcome
+            echo("\n".join(line for line in results[name].markdown.splitlines() if line.startswith("- [")))
         except (ConfigError, DataUnavailableError) as err:
-            results[rep.name] = f"not run: {err}"
+            results[name] = f"not run: {err}"
     lines = [f"# fedbench reproduce all --scale {scale_name}", "", "| reproduction | claims that hold |", "|---|---|"]
     for name, result in results.items():
         held = result if isinstance(result, str) else f"{sum(c.holds for c in result.claims)} / {len(result.claims)}"
@@ -383,9 +480,26 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
     outputs.mkdir(parents=True, exist_ok=True)
     summary = outputs / f"all-{scale_name}.md"
     summary.write_text("\n".join(lines))
+    shown = [o for o in extra if not o.startswith("tracking.")]  # where it was recorded changes no number
+    command = " ".join(["fedbench reproduce all --scale", scale_name, *(["--record"] if record else []),
+                        *([f"--jobs {jobs}"] if jobs > 1 else []), *shown])
+    page = all_page(outputs / f"all-{scale_name}.html", scale_name, results, command)
+    echo(f"results page: {page}")
     if record:
-        shown = [o for o in extra if not o.startswith("tracking.")]  # where it was recorded changes no number
-        command = " ".join(["fedbench reproduce all --scale", scale_name, "--record", *shown])
-        for path in recorded.record(scale_name, results, seconds, machine(), command):
+        for path in recorded.record(scale_name, results, seconds, machine(extra), command):
             echo(f"recorded: {path}")
+        echo(f"recorded: {all_page(recorded.docs_path().with_suffix('.html'), scale_name, results, command)}")
     return results, summary
+
+
+def all_page(path: Path, scale_name: str, results: dict[str, Outcome | str], command: str) -> Path:
+    """One page for every reproduction of a scale: how many claims held per reproduction, then each one's
+    section (tracking.page)."""
+    overview = pd.DataFrame([{"reproduction": name, "claims that hold": result if isinstance(result, str) else
+                              f"{sum(c.holds for c in result.claims)} / {len(result.claims)}"}
+                             for name, result in results.items()])
+    sections = [Section("Overview", [f"Every reproduction with a {scale_name} scale that runs here."],
+                        [("", overview)])]
+    sections += [r.section for r in results.values() if not isinstance(r, str) and r.section is not None]
+    return write_page(path, f"fedbench reproduce all --scale {scale_name}", sections,
+                      provenance_rows=provenance({"command": command}))

@@ -5,6 +5,8 @@
     result.history            # a DataFrame, one row per round
     result.summary            # final/best accuracy, rounds to target, wall time
     result.run_id             # the MLflow run
+    fedbench.report(target=0.8, baseline="fedavg")   # `fedbench report`'s table as a DataFrame
+    fedbench.plot()           # `fedbench plot`'s figure (matplotlib)
 
 The overrides are exactly those of `fedbench run`; every job is checked first (a bad value raises
 fedbench.core.errors.ConfigError before any work). Runs are recorded in MLflow and checkpointed in
@@ -14,6 +16,7 @@ their run folder as from the command line.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -38,33 +41,83 @@ class RunResult:
 
 
 def run(overrides: list[str] | tuple[str, ...] = (), run_dir: str | Path | None = None,
-        progress: bool = False) -> RunResult:
-    """Train one configuration (the `fedbench run` overrides) and return its results."""
+        progress: bool | None = None) -> RunResult:
+    """Train one configuration (the `fedbench run` overrides) and return its results. `progress`: None
+    shows a progress bar (tqdm.auto) and the run's lines in a notebook or a terminal, nothing elsewhere;
+    True or False to choose."""
     [job] = _jobs(list(overrides), multirun=False)
-    return _run_one(job, run_dir, progress)
+    return _run_one(job, run_dir, _progress(progress))
 
 
 def sweep(overrides: list[str] | tuple[str, ...] = (), sweep_dir: str | Path | None = None,
-          progress: bool = False) -> list[RunResult]:
+          progress: bool | None = None) -> list[RunResult]:
     """Train every job of a grid (comma-separated values, as `fedbench run -m`), one after another in
-    this process; returns one RunResult per job, in Hydra's job order."""
+    this process; returns one RunResult per job, in Hydra's job order. `progress` as for run."""
     jobs = _jobs(list(overrides), multirun=True)
     folder = Path(sweep_dir) if sweep_dir is not None else _default_folder("multirun", "sweep")
-    return [_run_one(job, folder / str(i), progress, sweep=True) for i, job in enumerate(jobs)]
+    shown = _progress(progress)
+    return [_run_one(job, folder / str(i), shown, sweep=True) for i, job in enumerate(jobs)]
 
 
-def summary_table(results: list[RunResult]) -> pd.DataFrame:
-    """One row per run: its overrides and the scalar entries of its summary."""
-    return pd.DataFrame([{"overrides": " ".join(r.overrides), "run_id": r.run_id,
-                          **{k: v for k, v in r.summary.items() if isinstance(v, (int, float, str)) or v is None}}
-                         for r in results])
+def _progress(progress: bool | None) -> bool:
+    from fedbench.runs.single import interactive
+
+    return interactive() if progress is None else progress
+
+
+def summary_table(results: list[RunResult], over_seeds: bool = False) -> pd.DataFrame:
+    """One row per run: its overrides, the scalar entries of its summary and rounds_to_<t> per target (NaN:
+    not reached). `over_seeds`: one row per configuration (the overrides but `seed`) with n runs, the mean
+    and sample std of each metric over its seeds, and rounds_to_<t>_reached, how many seeds reached t."""
+    rows = []
+    for r in results:
+        reached = {f"rounds_to_{t:g}": float("nan") if v is None else v
+                   for t, v in (r.summary.get("rounds_to_target") or {}).items()}
+        rows.append({"overrides": " ".join(r.overrides), "run_id": r.run_id,
+                     **{k: v for k, v in r.summary.items() if isinstance(v, (int, float, str)) or v is None},
+                     **reached})
+    table = pd.DataFrame(rows)
+    if not over_seeds or table.empty:
+        return table
+    table["config"] = [" ".join(o for o in r.overrides if o.split("=", 1)[0] != "seed") for r in results]
+    groups = table.groupby("config", sort=False)
+    out = groups.size().rename("n").to_frame()
+    metrics = ["final_accuracy", "best_accuracy", "final_loss", *(c for c in table if c.startswith("rounds_to_"))]
+    for metric in (m for m in metrics if m in table):
+        values = pd.to_numeric(table[metric], errors="coerce").groupby(table["config"], sort=False)
+        out[f"{metric}_mean"], out[f"{metric}_std"] = values.mean(), values.std(ddof=1)
+        if metric.startswith("rounds_to_"):
+            out[f"{metric}_reached"] = values.count()
+    return out.reset_index()
+
+
+def report(experiment: str = "fedbench", target: float | None = None, baseline: str | None = None,
+           settings: list[str] | None = None, best_by: str | None = None, last: int = 0, filter_string: str = "",
+           uri: str | None = None, numeric: bool = False) -> pd.DataFrame:
+    """`fedbench report`'s table of the experiment's FINISHED runs as a DataFrame: one row per method and
+    setting, `mean ± std` cells, or (`numeric`) the numbers: n, <metric>_mean, <metric>_std, ..."""
+    from fedbench.tracking.report import report_table
+
+    return report_table(experiment, target, baseline, settings, best_by, last, filter_string, uri, numeric)
+
+
+def plot(experiment: str = "fedbench", metric: str = "test_accuracy", x: str = "round",
+         settings: list[str] | None = None, title: str | None = None, filter_string: str = "", uri: str | None = None):
+    """`fedbench plot`'s figure (a matplotlib Figure): `metric` per round (or per `x`), one line per method
+    and setting, the mean over seeds with a ± std band. `fig.savefig(...)` writes it."""
+    from fedbench.tracking.report import comparison_plot
+
+    return comparison_plot(experiment, metric, x, settings, title, filter_string, uri)[0]
 
 
 def _jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
     from fedbench.config.compose import conf_dir
     from fedbench.config.preflight import expand_jobs, preflight
     from fedbench.core.errors import ConfigError
+    from fedbench.core.secrets import install, withhold
 
+    install()
+    overrides = withhold(overrides)
     preflight(conf_dir(), [*overrides, *(["--multirun"] if multirun else [])])
     jobs = expand_jobs(overrides)
     if not multirun and len(jobs) > 1:
@@ -92,17 +145,21 @@ def run_composed(cfg, job: list[str], run_dir: Path, progress: bool = False, lab
     The overrides are recorded with the run and saved in run_dir/.hydra/overrides.yaml, as a
     `fedbench run` saves them, so that an interrupted run continues with `fedbench resume run_dir`.
     `label` prefixes its progress lines; `sweep` lets tracking.skip_finished skip a finished config."""
-    from omegaconf import OmegaConf
+    from fedbench.runs.single import run_job
 
-    from fedbench.runs.single import check_writable, run_job
-
-    check_writable(run_dir / ".hydra")
-    OmegaConf.save(OmegaConf.create(list(job)), run_dir / ".hydra" / "overrides.yaml")
-    summary = run_job(cfg, run_dir, quiet=not progress, tags={"overrides": " ".join(job)[:5000]}, sweep=sweep, label=label)
+    with owned([(run_dir, job)], sweep):
+        summary = run_job(cfg, run_dir, quiet=not progress, tags={"overrides": " ".join(job)[:5000]}, sweep=sweep,
+                          label=label)
     history = summary.pop("history", None)
     if history is None:  # a finished configuration skipped in a sweep: read its record back
         history = _history_from_mlflow(summary["tracking_uri"], summary["run_id"])
-    return RunResult(list(job), pd.DataFrame(history), summary, summary["run_id"], run_dir)
+    return RunResult(list(job), history_frame(history), summary, summary["run_id"], run_dir)
+
+
+def history_frame(history: list[dict[str, float]]) -> pd.DataFrame:
+    """One row per round, `round` first (the engine adds it to each round's metrics last)."""
+    frame = pd.DataFrame(history)
+    return frame[["round", *(c for c in frame if c != "round")]] if "round" in frame else frame
 
 
 def run_batched(jobs: list[tuple[Any, list[str], Path, str]], progress: bool = False, sweep: bool = False
@@ -111,19 +168,14 @@ def run_batched(jobs: list[tuple[Any, list[str], Path, str]], progress: bool = F
     split and model train as lanes of one program (runs.batched, as hydra/launcher=batched); each is
     recorded and checkpointed as if run alone. Returns per job its RunResult or the exception it
     failed with (the others still run)."""
-    from omegaconf import OmegaConf
-
     from fedbench.runs.batched import GroupJob, run_group, split_groups
-    from fedbench.runs.single import check_writable
 
-    specs = []
-    for cfg, overrides, run_dir, label in jobs:
-        check_writable(run_dir / ".hydra")
-        OmegaConf.save(OmegaConf.create(list(overrides)), run_dir / ".hydra" / "overrides.yaml")
-        specs.append(GroupJob(cfg, run_dir, {"overrides": " ".join(overrides)[:5000]}, label))
+    specs = [GroupJob(cfg, run_dir, {"overrides": " ".join(overrides)[:5000]}, label)
+             for cfg, overrides, run_dir, label in jobs]
     out: list[RunResult | Exception] = [None] * len(jobs)  # type: ignore[list-item]
     for members in split_groups(specs, 0):
-        results = run_group([specs[i] for i in members], quiet=not progress, sweep=sweep)
+        with owned([(jobs[i][2], jobs[i][1]) for i in members], sweep):
+            results = run_group([specs[i] for i in members], quiet=not progress, sweep=sweep)
         for i, result in zip(members, results):
             if isinstance(result, BaseException):
                 out[i] = result
@@ -131,14 +183,44 @@ def run_batched(jobs: list[tuple[Any, list[str], Path, str]], progress: bool = F
             history = result.pop("history", None)
             if history is None:
                 history = _history_from_mlflow(result["tracking_uri"], result["run_id"])
-            out[i] = RunResult(list(jobs[i][1]), pd.DataFrame(history), result, result["run_id"], jobs[i][2])
+            out[i] = RunResult(list(jobs[i][1]), history_frame(history), result, result["run_id"], jobs[i][2])
     return out
 
 
-def _history_from_mlflow(uri: str, run_id: str) -> list[dict[str, float]]:
-    from mlflow.tracking import MlflowClient
+@contextmanager
+def owned(folders: list[tuple[Path, list[str]]], sweep: bool):
+    """Own each run folder (runs.ownership), then save its overrides in .hydra/overrides.yaml as `fedbench run`
+    does, so that `fedbench resume` continues the run; the folders are released when the runs end."""
+    from omegaconf import OmegaConf
 
-    client = MlflowClient(uri)
+    from fedbench.runs.ownership import claim, discard_made, refuse_overwrite, release
+    from fedbench.runs.single import check_writable
+
+    taken = []
+    try:
+        for run_dir, _ in folders:
+            claim(run_dir)
+            taken.append(run_dir)
+            if not sweep:  # a sweep's folder with a checkpoint continues its run (tracking.skip_finished)
+                refuse_overwrite(run_dir)
+    except BaseException:  # refused before any write: what the claims made goes again
+        for run_dir in taken:
+            discard_made(run_dir)
+        raise
+    try:
+        for run_dir, job in folders:
+            check_writable(run_dir / ".hydra")
+            OmegaConf.save(OmegaConf.create(list(job)), run_dir / ".hydra" / "overrides.yaml")
+        yield
+    finally:
+        for run_dir in taken:
+            release(run_dir)
+
+
+def _history_from_mlflow(uri: str, run_id: str) -> list[dict[str, float]]:
+    from fedbench.tracking.store import store_client
+
+    client = store_client(uri)
     rows: dict[int, dict[str, float]] = {}
     for key in client.get_run(run_id).data.metrics:
         for m in client.get_metric_history(run_id, key):

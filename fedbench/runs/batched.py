@@ -23,7 +23,8 @@ from fedbench.config.validate import written_out
 from fedbench.core.errors import DivergenceError
 from fedbench.engine.loop import run_lanes
 from fedbench.runs.build import build_lanes
-from fedbench.runs.single import GracefulInterrupt, Job
+from fedbench.runs.interrupts import GracefulInterrupt
+from fedbench.runs.single import Job
 from fedbench.tracking.store import quiet_libraries
 
 # what lanes share: the data, its split, the model and how rounds are computed
@@ -99,16 +100,24 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
     results: list[dict[str, Any] | BaseException | None] = [None] * len(jobs)
     sessions = [Job(cfg, job.run_dir, quiet, job.tags, sweep, job.label, job.log_file) for cfg, job in zip(cfgs, jobs)]
     live = []
-    for k, (session, (fed, info)) in enumerate(zip(sessions, built)):
-        try:
-            done = session.open(fed, info, extra_tags={"batched_lanes": str(len(jobs))})
-        except Exception as exc:
-            results[k] = exc
-            continue
-        if done is not None:
-            results[k] = done
-        else:
-            live.append(k)
+    try:
+        for k, (session, (fed, info)) in enumerate(zip(sessions, built)):
+            try:
+                done = session.open(fed, info, extra_tags={"batched_lanes": str(len(jobs))})
+            except Exception as exc:
+                results[k] = exc
+                continue
+            if done is not None:
+                results[k] = done
+            else:
+                live.append(k)
+    except KeyboardInterrupt as exc:  # before round 1: the runs already started are marked KILLED
+        for session in sessions:
+            try:
+                session.failed(exc)
+            except BaseException:  # noqa: BLE001 - failed() re-raises exc
+                pass
+        raise
     if not live:
         return results  # type: ignore[return-value]
     interrupted: set[int] = set()
@@ -144,7 +153,7 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
 
     fed0 = built[0][0]
     tables = max(sum(math.prod(t.spec.shape) for t in sessions[k].state.tables.values()) for k in live)
-    cap = auto_max_batch(cfgs[0], fed0.flat.dim, fed0.device, table_floats=tables,
+    cap = auto_max_batch(cfgs[0], fed0.flat.dim, fed0.device, table_floats=0 if fed0.client_state_disk else tables,
                          table_device=fed0.client_state_device)  # memory: lanes beyond it train in turns
     try:
         with GracefulInterrupt(quiet) as stop:
@@ -170,11 +179,11 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
         return results  # type: ignore[return-value]
     for k in live:
         if k in interrupted:
-            fail(k, KeyboardInterrupt())
+            fail(k, stop.interrupt())
         elif results[k] is None:
             complete(k)
     if interrupted:
-        raise KeyboardInterrupt
+        raise stop.interrupt()
     return results  # type: ignore[return-value]
 
 

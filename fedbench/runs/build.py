@@ -13,6 +13,7 @@ from fedbench.core.types import LocalExtras, Setting
 from fedbench.config.validate import checked_algorithm, params_of, partition_of
 from fedbench.data import DATASETS, fingerprint, make_partition
 from fedbench.engine.gradients import auto_executor, auto_loop_below, eval_batch_size, make_grad_fn
+from fedbench.engine.lazy_clients import LazyClientData
 from fedbench.engine.local import ClientData, objective_gradient
 from fedbench.engine.loop import Federation
 from fedbench.core.errors import ConfigError
@@ -54,6 +55,37 @@ def client_chunk(requested: int, cohort: int, dim: int, dtype: torch.dtype, devi
     return max(1, min(cohort, _CPU_CHUNK_BYTES // (dim * itemsize)))
 
 
+EAGER_SYNTHETIC_BYTES = 240_000  # memory per user of the sequential generator's data set (issue 35's measure)
+
+
+def check_eager_fits(cfg: DictConfig) -> None:
+    """The sequential synthetic generator holds every user's data: refuse a population that cannot fit
+    before minutes of generating it end in the kernel's OOM killer."""
+    ds = cfg.dataset
+    if ds.name != "synthetic" or ds.get("generator", "sequential") != "sequential":
+        return
+    from fedbench.runs.batched import available_bytes
+
+    need, free = int(ds.num_users) * EAGER_SYNTHETIC_BYTES, available_bytes(torch.device("cpu"))
+    if need > free:
+        raise ConfigError(f"dataset.num_users={ds.num_users} with dataset.generator=sequential holds every user's data "
+                          f"in memory (~{need / 2**30:.0f} GiB, more than this machine has available); "
+                          "dataset.generator=per_user makes each user's data when it is sampled")
+
+
+def check_population(cfg: DictConfig, population) -> None:
+    """A population made on demand is split by its own users, and its training data is never whole."""
+    if cfg.partition.name != "natural":
+        raise ConfigError(f"partition={cfg.partition.name}: dataset.generator=per_user makes each user's data when it "
+                          "is sampled, so only partition=natural (the data set's own users) applies")
+    if int(cfg.num_clients) != population.num_clients:
+        raise ConfigError(f"partition=natural: the data set has {population.num_clients} users; "
+                          f"set num_clients={population.num_clients}")
+    if int(cfg.train_loss_every):
+        raise ConfigError(f"train_loss_every={cfg.train_loss_every}: the full training loss needs every user's data; "
+                          "dataset.generator=per_user makes users when sampled (set train_loss_every=0)")
+
+
 def build_federation(cfg: DictConfig) -> tuple[Federation, BuildInfo]:
     return build_lanes([cfg])[0]
 
@@ -66,6 +98,7 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
     cfg = cfgs[0]
     algorithms = [checked_algorithm(c) for c in cfgs]  # each config is validated here unless preflight did
     device = resolve_device(str(cfg.engine.device))
+    check_eager_fits(cfg)
     dataset = DATASETS.get(cfg.dataset.name)(
         root=str(cfg.data.root), download=bool(cfg.data.download), **{
             k: v for k, v in params_of(cfg.dataset).items() if k not in ("root", "download")
@@ -76,12 +109,16 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
         if dataset.task != "classification":
             raise ConfigError(f"data.binary_classes needs a classification data set; {cfg.dataset.name} is {dataset.task}")
         dataset = dataset.to_binary(list(positive))
-    owner = None if dataset.train_owner is None else dataset.train_owner.numpy()
-    split_seed, split_params = partition_of(cfg)
-    parts = make_partition(
-        cfg.partition.name, dataset.y_train.numpy() if dataset.task == "classification" else
-        dataset.y_train.numpy().round().astype(np.int64), cfg.num_clients, split_seed, owner=owner, **split_params,
-    )
+    population = dataset.population
+    if population is None:
+        owner = None if dataset.train_owner is None else dataset.train_owner.numpy()
+        split_seed, split_params = partition_of(cfg)
+        parts = make_partition(
+            cfg.partition.name, dataset.y_train.numpy() if dataset.task == "classification" else
+            dataset.y_train.numpy().round().astype(np.int64), cfg.num_clients, split_seed, owner=owner, **split_params,
+        )
+    else:
+        check_population(cfg, population)
     dtype = {"float32": torch.float32, "float64": torch.float64}[str(cfg.engine.dtype)]
 
     def model(seed: int):
@@ -98,7 +135,7 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
     dataset = dataset.cast(dtype)
     x0 = flat.initial_vector().to(device)
     try:  # a shape mismatch between model and data shows on one sample
-        flat.forward_flat(x0, dataset.x_train[:1].to(device))
+        flat.forward_flat(x0, dataset.x_test[:1].to(device))
     except RuntimeError as exc:
         raise ConfigError(f"model {cfg.model.name!r} does not fit data set {cfg.dataset.name!r}: {exc}") from None
     dataset = dataset.to(device)
@@ -107,15 +144,19 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
         executor = auto_executor(cfg.model.name, flat.module, device)
         loop_below = auto_loop_below(executor, device)
     grad_fn = make_grad_fn(flat, dataset.task, executor, loop_below)
-    clients = ClientData.from_partition(
-        dataset.x_train, dataset.y_train, parts, cfg.seed, grad_fn, cfg.loss_scale, transform=dataset.augment
-    )
+    if population is None:
+        clients = ClientData.from_partition(
+            dataset.x_train, dataset.y_train, parts, cfg.seed, grad_fn, cfg.loss_scale, transform=dataset.augment
+        )
+    else:
+        clients = LazyClientData.of(population, cfg.seed, grad_fn, cfg.loss_scale, dtype, device)
     sizes = clients.size.double()
     objective_weights = sizes / sizes.sum() if cfg.aggregation == "num_samples" else torch.full_like(sizes, 1 / len(sizes))
     # the chunk rule sees every lane's cohort: on an accelerator all of them train at once
     chunk = client_chunk(int(cfg.engine.client_chunk), cfg.clients_per_round * len(cfgs), flat.dim, dtype, device, executor)
     state_device = cfg.engine.client_state_device
-    info = BuildInfo(fingerprint(parts), flat.dim, executor, str(device), len(dataset.y_train), len(dataset.y_test))
+    info = BuildInfo(fingerprint(parts) if population is None else population.fingerprint, flat.dim, executor,
+                     str(device), dataset.num_train, len(dataset.y_test))
     out = []
     for k, (c, algorithm) in enumerate(zip(cfgs, algorithms)):
         algorithm.setup(
@@ -149,7 +190,8 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
             eval_every=c.eval_every,
             train_loss_every=c.train_loss_every,
             aggregation=c.aggregation,
-            client_state_device=device if state_device == "auto" else torch.device(state_device),
+            client_state_device=device if state_device in ("auto", "disk") else torch.device(state_device),
+            client_state_disk=state_device == "disk",
             device=device,
             eval_batch=eval_batch_size(cfg.model.name, device),
         )

@@ -11,16 +11,49 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 FAILED_MARKER = "FAILED"
 FAILURES: list[str] = []  # filled at the end of a multirun, read by cli.hydra_main
+CLAIMED: list[Path] = []  # the run or sweep folder this process owns until cli.hydra_main returns
+
+
+def own_folder(config: DictConfig, key: str, what: str, resume: bool = False) -> None:
+    """Own the run (or sweep) folder before Hydra writes its .hydra/ and log there (runs.ownership):
+    a second live writer, or a new run over another's checkpoint, ends here in one line (exit 2).
+    cli.hydra_main releases it when the command ends."""
+    from fedbench.core.errors import FedbenchError, report_error
+    from fedbench.runs.ownership import claim, refuse_overwrite
+
+    try:
+        folder = Path(str(OmegaConf.select(config, key)))
+    except Exception:  # an interpolation only a job resolves: its run claims the folder when it opens
+        return
+    try:
+        claim(folder, what)
+        CLAIMED.append(folder)
+        if not resume:
+            refuse_overwrite(folder)
+    except FedbenchError as exc:
+        report_error(exc)
+        raise SystemExit(exc.exit_code) from None
+
+
+def release_folders() -> None:
+    from fedbench.runs.ownership import release
+
+    while CLAIMED:
+        release(CLAIMED.pop())
 
 
 class SweepCallback(Callback):
     """Registered in fedbench/config/conf/config.yaml under hydra.callbacks."""
 
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        own_folder(config, "hydra.run.dir", "run directory", resume=bool(config.get("resume")))
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        own_folder(config, "hydra.sweep.dir", "sweep directory", resume=True)  # a relaunch continues its jobs
         # One process creates the SQLite schema and the experiment, so that parallel jobs
         # do not race on MLflow's database migrations.
         from fedbench.tracking.store import open_store, probe_server, quiet_libraries, resolve_tracking_uri
@@ -36,8 +69,30 @@ class SweepCallback(Callback):
         from fedbench.tracking.store import resolve_tracking_uri
 
         FAILURES.extend(collect_failures(Path(config.hydra.sweep.dir)))
-        print(f"\nsweep {config.hydra.sweep.dir}: open the runs with {mlflow_hint(resolve_tracking_uri(config.tracking.get('uri')))}")
+        uri = resolve_tracking_uri(config.tracking.get("uri"))
+        print(f"\nfedbench: sweep {config.hydra.sweep.dir}: open the runs with {mlflow_hint(uri)}\n"
+              f"fedbench: its table: {report_command(config)}")
 
 
 def collect_failures(sweep_dir: Path) -> list[str]:
     return [p.read_text().strip() for p in sorted(sweep_dir.glob(f"**/{FAILED_MARKER}"))]
+
+
+def report_command(config: DictConfig) -> str:
+    """The ready-to-paste `fedbench report` of this sweep's runs (their sweep_dir tag), with the first
+    target of the config, and the first algorithm of the grid as the baseline when algorithms are swept."""
+    import shlex
+
+    sweep_dir = str(Path(config.hydra.sweep.dir).resolve())
+    args = ["fedbench report --experiment", shlex.quote(str(config.tracking.experiment)),
+            f"--filter \"tags.sweep_dir = '{sweep_dir}'\""]
+    if config.tracking.get("uri"):
+        args += ["--uri", shlex.quote(str(config.tracking.uri))]
+    targets = list(config.get("targets") or [])
+    if targets:
+        args += ["--target", f"{float(targets[0]):g}"]
+        swept = [o.split("=", 1)[1] for o in config.hydra.overrides.task if o.split("=", 1)[0] == "algorithm"]
+        first = swept[0].split(",")[0].strip() if swept else ""
+        if swept and "," in swept[0] and first.replace("_", "").replace("/", "").isalnum():
+            args += ["--baseline", first]
+    return " ".join(args)

@@ -66,27 +66,47 @@ def current_job(cfg) -> HydraJob:
     if multirun:
         job.tags.update(sweep_dir=str(Path(hc.sweep.dir).resolve()), sweep_job=str(hc.job.num))
     (job.out / FAILED_MARKER).unlink(missing_ok=True)
+    record_config_dirs(job.out, hc)
     return job
+
+
+RECORD_NAME = "fedbench.yaml"  # in the run folder's .hydra/, beside Hydra's own files
+
+
+def record_config_dirs(out: Path, hc) -> None:
+    """The config folders this run composes from (FEDBENCH_CONF, --config-dir), for `fedbench resume`."""
+    from omegaconf import OmegaConf
+
+    conf = os.environ.get("FEDBENCH_CONF")
+    dirs = [s.path for s in hc.runtime.config_sources if s.provider == "command-line" and s.schema == "file"]
+    if hc.output_subdir is not None:
+        OmegaConf.save(OmegaConf.create({"fedbench_conf": str(Path(conf).absolute()) if conf else None,
+                                         "config_dirs": dirs}), out / str(hc.output_subdir) / RECORD_NAME)
 
 
 def _hydra_task(cfg) -> float:
     """One Hydra job; returns the sweep objective (tracking.objective; NaN for a failed job)."""
+    from fedbench.core.secrets import install
     from fedbench.runs.single import objective_value, run_job
 
+    install()  # a launcher's worker process prints and logs too
     job = current_job(cfg)
     try:
         summary = run_job(cfg, job.out, tags=job.tags, sweep=job.multirun, label=job.label, log_file=job.log_file)
-    except KeyboardInterrupt:
-        interrupted(job)
+    except KeyboardInterrupt as exc:
+        interrupted(job, exc)
     except Exception as exc:
         return job_failed(job, exc)
     return objective_value(summary, cfg)
 
 
-def interrupted(job: HydraJob):
-    print(f"error: interrupted; the checkpoint of the last whole round is in {job.out}; "
-          f"continue with: fedbench resume {job.out}", file=sys.stderr)
-    raise SystemExit(130) from None
+def interrupted(job: HydraJob, exc: BaseException):
+    """Ctrl-C or SIGTERM: say what was saved (a checkpoint, or nothing yet) and exit 128 + the signal."""
+    from fedbench.runs.interrupts import describe, exit_code, signal_of
+    from fedbench.runs.single import next_step
+
+    print(f"error: interrupted ({describe(signal_of(exc))}); {next_step(job.out)}", file=sys.stderr, flush=True)
+    raise SystemExit(exit_code(exc)) from None
 
 
 def job_failed(job: HydraJob, exc: Exception) -> float:
@@ -112,18 +132,11 @@ def job_failed(job: HydraJob, exc: Exception) -> float:
 
 
 def _discard_untrained(run_dir: Path) -> None:
-    """A run refused before its first round leaves no folder behind (only Hydra's own files were written)."""
-    import shutil
+    """A run refused before its first round leaves behind nothing it made (Hydra's .hydra/ and log, the
+    folder itself when it created it); what the folder held before stays (runs.ownership)."""
+    from fedbench.runs.ownership import discard_made
 
-    from fedbench.runs.single import CHECKPOINT_NAME
-
-    if not run_dir.is_dir() or (run_dir / CHECKPOINT_NAME).exists():
-        return
-    entries = list(run_dir.iterdir())
-    if all(e.name == ".hydra" or (e.suffix == ".log" and e.is_file()) for e in entries):  # never a user's files
-        for e in entries:
-            shutil.rmtree(e) if e.is_dir() else e.unlink()
-        run_dir.rmdir()
+    discard_made(run_dir)
 
 
 def hydra_main(argv: list[str]) -> int:
@@ -135,7 +148,10 @@ def hydra_main(argv: list[str]) -> int:
     from fedbench.tracking import writer
 
     from fedbench.core.errors import ConfigError
+    from fedbench.core.secrets import install, withhold
 
+    install()
+    argv = withhold(argv)  # before Hydra: its config, .hydra/ and the record never hold the password
     CONF_DIR = conf_dir()
     register_resolvers()
     if not (CONF_DIR / "config.yaml").is_file():
@@ -166,6 +182,7 @@ def hydra_main(argv: list[str]) -> int:
             sys.argv = saved
     finally:
         writer.discard()  # one no run took
+        sweep.release_folders()
     if sweep.FAILURES:
         print(f"{len(sweep.FAILURES)} job(s) failed:\n  " + "\n  ".join(sweep.FAILURES), file=sys.stderr)
         return 1

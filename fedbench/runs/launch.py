@@ -83,8 +83,8 @@ def train_group(jobs: list[HydraJob], specs: list[GroupJob]) -> list[float]:
 
     try:
         results = run_group(specs)
-    except KeyboardInterrupt:
-        interrupted(jobs[0])
+    except KeyboardInterrupt as exc:
+        interrupted(jobs[0], exc)
     return [job_failed(job, result) if isinstance(result, BaseException) else objective_value(result, job.cfg)
             for job, result in zip(jobs, results)]
 

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import signal
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +16,11 @@ from fedbench.config.validate import written_out
 from fedbench.runs.build import build_federation
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.engine.loop import initial_state, run, warm_up
-from fedbench.core.errors import DivergenceError, FedbenchError
+from fedbench.core.errors import ConfigError, DivergenceError, FedbenchError, write_failure
+from fedbench.runs.interrupts import GracefulInterrupt, describe, signal_of
+from fedbench.runs.ownership import CHECKPOINT_NAME, shell_path  # CHECKPOINT_NAME: where resume continues from
 from fedbench.tracking.store import StoreError, quiet_libraries
 from fedbench.tracking.targets import format_rounds, rounds_to_target
-
-CHECKPOINT_NAME = "checkpoint.pt"
 
 
 def config_hash(cfg: DictConfig) -> str:
@@ -33,6 +31,12 @@ def config_hash(cfg: DictConfig) -> str:
     if container.get("partition", {}).get("seed") == container.get("seed"):  # the split before partition.seed
         container["partition"].pop("seed")  # existed: checkpoints of earlier versions keep their hash
     before_shared_extras(container)  # likewise the local-step extras before they were shared
+    dataset = container.get("dataset", {})
+    if dataset.get("name") == "synthetic":  # its generator and test users before they were options
+        if dataset.get("generator") == "sequential":
+            dataset.pop("generator")
+        if "eval_users" in dataset and (dataset["eval_users"] == 0 or dataset["eval_users"] >= dataset.get("num_users", 30)):
+            dataset.pop("eval_users")
     if not container.get("stop_at_targets", True):  # off: the hash of runs from before the option
         container.pop("stop_at_targets")
     return hashlib.sha256(OmegaConf.to_yaml(OmegaConf.create(container)).encode()).hexdigest()[:16]
@@ -70,7 +74,10 @@ def _run_job(cfg: DictConfig, run_dir: Path, quiet: bool, tags: dict[str, str] |
         torch.set_num_threads(int(cfg.engine.threads))
     fed, info = build_federation(cfg)  # every config and data error surfaces here, before MLflow
     job = Job(cfg, run_dir, quiet, tags, sweep, label, log_file, writer)
-    done = job.open(fed, info)
+    try:
+        done = job.open(fed, info)
+    except KeyboardInterrupt as exc:  # before round 1: the record, if started, says so
+        job.failed(exc)
     if done is not None:
         return done
     try:
@@ -95,10 +102,32 @@ class Job:
         self.say = JobOutput(label, log_file, quiet)
         self.stop: GracefulInterrupt | None = None
         self.bar = None
+        self.claims: list[Path] = []  # the folders this run owns (runs.ownership) until it ends
+        self.recorder = None  # until open() makes it
+        self.saved_round: int | None = None  # the round of the checkpoint on disk, once one is known
 
     def open(self, fed, info, extra_tags: dict[str, str] | None = None) -> dict[str, Any] | None:
         """Prepare the record and the state to train from; returns the summary instead when there is
         nothing to train (a finished configuration skipped in a sweep, a finished run resumed)."""
+        try:
+            done = self._open(fed, info, extra_tags)
+        except BaseException:
+            self.release()
+            raise
+        if done is not None:
+            self.release()
+        return done
+
+    def release(self) -> None:
+        from fedbench.runs.ownership import release
+
+        for folder in self.claims:
+            release(folder)
+        self.claims = []
+
+    def _open(self, fed, info, extra_tags: dict[str, str] | None) -> dict[str, Any] | None:
+        from fedbench.runs.ownership import claim, refuse_overwrite
+
         cfg, run_dir, say, tags = self.cfg, self.run_dir, self.say, self.tags
         self.fed = fed
         if self.writer is None:
@@ -111,8 +140,10 @@ class Job:
             recorder = RemoteRecorder(self.writer, cfg)
         self.recorder = recorder
         recorder.check_reachable()
+        claim(run_dir)  # one live writer per folder (runs.ownership), before the run writes there
+        self.claims.append(run_dir)
         check_writable(run_dir)
-        self.state = initial_state(fed)
+        self.state = initial_state(fed, run_dir)
         if self.writer is not None and not cfg.get("resume") and self.state.round < fed.rounds:
             self.warmup = warm_up(fed, self.state)  # while the writer opens the store (its answer awaited next)
         self.checkpoint = run_dir / CHECKPOINT_NAME
@@ -123,15 +154,23 @@ class Job:
                 say(f"skipped, this configuration FINISHED as MLflow run {previous.info.run_id} "
                     "(tracking.skip_finished=false runs it again)")
                 return recorder.summary_of(previous)
-            if previous is not None and (Path(previous.data.tags.get("run_dir", "")) / CHECKPOINT_NAME).is_file():
-                self.run_dir = run_dir = Path(previous.data.tags["run_dir"])  # continue where the interrupted job wrote
+            earlier = Path(previous.data.tags.get("run_dir", "")) if previous is not None else None
+            if earlier is not None and earlier.is_absolute() and earlier.is_dir() and earlier.resolve() != run_dir.resolve():
+                claim(earlier)  # its job may still be running (a sweep relaunched too soon)
+                self.claims.append(earlier)
+            if earlier is not None and (earlier / CHECKPOINT_NAME).is_file():
+                self.run_dir = run_dir = earlier  # continue where the interrupted job wrote
                 self.checkpoint = run_dir / CHECKPOINT_NAME
                 cfg = self.cfg = OmegaConf.merge(cfg, {"resume": True})
+                self.state = initial_state(fed, run_dir)  # disk client tables: the interrupted job's
+        if not cfg.get("resume") and not self.sweep:
+            refuse_overwrite(run_dir)
         resumed_run_id = None
         if cfg.get("resume") and self.checkpoint.exists():
             meta = load_checkpoint(self.checkpoint, self.state, fed.device)
+            self.saved_round = self.state.round
             if meta["config_hash"] != digest:
-                raise FedbenchError(f"{self.checkpoint} was written by a different config; refusing to resume")
+                raise ConfigError(f"{self.checkpoint} was written by a different config; refusing to resume")
             resumed_run_id = meta["run_id"]
             at_targets = self.reached(self.state.history)
             done = recorder.finished_run(resumed_run_id) if self.state.round >= fed.rounds or at_targets else None
@@ -160,8 +199,8 @@ class Job:
         say(f"{cfg.algorithm.name} on {cfg.dataset.name} ({info.num_train} train / {info.num_test} test), "
             f"partition {cfg.partition.name} [{info.partition_fingerprint}], model {cfg.model.name} d={info.dim:,}, "
             f"{cfg.clients_per_round}/{cfg.num_clients} clients per round, executor {info.executor} on {info.device}")
-        if not self.quiet and sys.stderr.isatty():  # a bar on a terminal; plain lines in a log
-            from tqdm import tqdm
+        if not self.quiet and interactive():  # a bar on a terminal or in a notebook; plain lines in a log
+            from tqdm.auto import tqdm
 
             self.bar = tqdm(total=fed.rounds, initial=self.state.round, desc=self.label or "rounds", file=sys.stderr,
                             dynamic_ncols=True)
@@ -189,8 +228,9 @@ class Job:
         if (self.every and st.round % self.every == 0 and st.round < rounds) or stopping:
             self.recorder.flush()
             save_checkpoint(self.checkpoint, st, self.run_id, self.digest)
+            self.saved_round = st.round
         if stopping and st.round < rounds:
-            raise KeyboardInterrupt
+            raise self.stop.interrupt()
         if st.round < rounds and self.reached([metrics]):  # this round's: earlier ones stopped the run already
             self.say(f"every target reached at round {st.round}: stopped (stop_at_targets)")
             return False
@@ -200,26 +240,37 @@ class Job:
         """The final checkpoint, after the record: the checkpoint never claims rounds the record lacks."""
         self.recorder.flush()
         save_checkpoint(self.checkpoint, self.state, self.run_id, self.digest)
+        self.saved_round = self.state.round
 
     def failed(self, exc: BaseException) -> None:
         """Mark the record and re-raise `exc` as the CLI reports it."""
-        recorder, state, run_dir = self.recorder, self.state, self.run_dir
+        try:
+            self._failed(exc)
+        finally:
+            self.release()
+
+    def _failed(self, exc: BaseException) -> None:
+        recorder, state, run_dir = self.recorder, getattr(self, "state", None), self.run_dir
         self.close()
         if isinstance(exc, DivergenceError):
             recorder.fail(exc.round, exc.reason)
             raise exc
         if isinstance(exc, KeyboardInterrupt):
-            recorder.fail(state.round, f"interrupted (Ctrl-C); continue with: fedbench resume {run_dir}", status="KILLED")
+            if recorder is not None:
+                recorder.fail(state.round if state is not None else 0, f"interrupted ({describe(signal_of(exc))}); {next_step(run_dir)}",
+                              status="KILLED")
+            raise exc
+        if recorder is None:
             raise exc
         if isinstance(exc, StoreError):  # the record cannot be written: the periodic checkpoint matches what it holds
             marked = recorder.fail(state.round, str(exc), quiet=True)
             raise StoreError(f"{exc}; the run stopped at round {state.round}"
                              f"{'' if marked else ' (its MLflow run could not be marked FAILED and stays RUNNING)'}; "
-                             f"continue from the last checkpoint with: fedbench resume {run_dir}") from None
+                             f"continue from the last checkpoint with: fedbench resume {shell_path(run_dir)}") from None
         if isinstance(exc, OSError):  # disk full, unwritable folder: the run record says why, no half file is left
-            recorder.fail(state.round, f"{exc.__class__.__name__}: {exc}")
-            raise FedbenchError(f"I/O error at round {state.round}: {exc}; the last complete checkpoint is kept "
-                                f"in {run_dir}") from None
+            why = write_failure(exc, Path(exc.filename).parent if getattr(exc, "filename", None) else run_dir)
+            recorder.fail(state.round, f"{why} ({exc.__class__.__name__}: {exc})")
+            raise FedbenchError(f"{why}: the run stopped at round {state.round}; {kept(run_dir, self.saved_round)}") from None
         recorder.fail(state.round, f"{exc.__class__.__name__}: {exc}")
         raise exc
 
@@ -230,6 +281,12 @@ class Job:
 
     def finish(self) -> dict[str, Any]:
         """The record's summary (rounds-to-target, artifacts) and the run's, printed and returned."""
+        try:
+            return self._finish()
+        finally:
+            self.release()
+
+    def _finish(self) -> dict[str, Any]:
         self.close()
         state, cfg = self.state, self.cfg
         summary = self.recorder.finish(state.history, artifacts=bool(cfg.tracking.get("artifacts", True)))
@@ -243,9 +300,18 @@ class Job:
             eval_time=state.eval_time,
             rounds=state.round,
             tracking_uri=self.recorder.uri,
+            run_dir=str(self.run_dir),
         )
         self.say.summary(format_summary(summary, self.fed.rounds, hint=not self.sweep))
         return summary
+
+
+def interactive() -> bool:
+    """Whether someone watches this process: stderr is a terminal, or it runs in a Jupyter kernel."""
+    if sys.stderr.isatty():
+        return True
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    return type(shell).__name__ == "ZMQInteractiveShell"
 
 
 def objective_value(summary: dict[str, Any], cfg: DictConfig) -> float:
@@ -259,32 +325,18 @@ def objective_value(summary: dict[str, Any], cfg: DictConfig) -> float:
     return float("nan") if value is None else float(value)
 
 
-class GracefulInterrupt:
-    """The first Ctrl-C (SIGINT) ends the run after the current round, with a checkpoint of it;
-    a second one stops at once (the last periodic checkpoint stays). A round interrupted half-way
-    would leave client state half-updated, so checkpoints are only taken between rounds."""
+def next_step(run_dir: Path) -> str:
+    """What to do after an interrupt: resume from the checkpoint, or, with none yet, start again."""
+    if (run_dir / CHECKPOINT_NAME).is_file():
+        return f"the checkpoint of the last whole round is in {run_dir}; continue with: fedbench resume {shell_path(run_dir)}"
+    return "nothing was checkpointed (it stopped before its first checkpoint); start the run again"
 
-    def __init__(self, quiet: bool):
-        self.quiet = quiet
-        self.requested = False
-        self._previous = None
 
-    def _handler(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        if not self.quiet:
-            print("\nfedbench: interrupted; saving a checkpoint after this round (Ctrl-C again to stop now)",
-                  file=sys.stderr)
-
-    def __enter__(self) -> GracefulInterrupt:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+def kept(run_dir: Path, saved_round: int | None) -> str:
+    """After a failed write: the checkpoint kept (a round's, whole), and how to continue from it."""
+    if saved_round is None:
+        return "nothing was checkpointed; free some space and start the run again"
+    return f"the checkpoint of round {saved_round} is kept; free some space and continue with: fedbench resume {shell_path(run_dir)}"
 
 
 def check_writable(folder: Path) -> None:
@@ -318,8 +370,10 @@ class JobOutput:
         self._log(text)
 
     def summary(self, text: str) -> None:
+        """The summary on stdout; a sweep job's lines in the format of its other lines (`fedbench: [job 3] ...`)."""
+        lead = f"fedbench: {self.prefix}" if self.prefix else ""
         if not self.quiet:
-            print("\n".join(f"{self.prefix}{line}" if line else line for line in text.splitlines()), flush=True)
+            print("\n".join(f"{lead}{line}" if line else line for line in text.splitlines()), flush=True)
         self._log(text)
 
 
@@ -334,6 +388,10 @@ def format_summary(summary: dict[str, Any], rounds: int, hint: bool = True) -> s
     evaluation = f", evaluation {summary['eval_time']:.1f} s more" if summary.get("eval_time") else ""
     lines.append(f"wall time            {summary['wall_time']:.1f} s ({summary['rounds']} rounds){evaluation}")
     lines.append(f"MLflow run           {summary['run_id']}")
+    if summary.get("run_dir"):  # what `fedbench resume` takes, and where the checkpoint is
+        lines.append(f"run folder           {summary['run_dir']}")
+    if summary.get("artifacts"):
+        lines.append(f"artifacts            {', '.join(summary['artifacts'])} in {summary.get('artifact_uri', '')}")
     if hint:  # a sweep says it once, at its end
         lines.append(f"open with            {mlflow_hint(summary.get('tracking_uri', ''))}")
     return "\n".join(lines)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
+X_AXES = ("round", "floats_up", "floats_down", "wall_time")
+
 
 def plot_curves(frame: pd.DataFrame, path: Path, title: str = "") -> Path | None:
     import matplotlib
@@ -16,7 +18,7 @@ def plot_curves(frame: pd.DataFrame, path: Path, title: str = "") -> Path | None
     columns = [c for c in ("test_accuracy", "test_loss", "train_loss") if c in frame]
     if not columns:
         return None
-    fig, axes = plt.subplots(1, len(columns), figsize=(4.2 * len(columns), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(columns), figsize=(4.2 * len(columns), 3.4), squeeze=False, layout="constrained")
     for ax, col in zip(axes[0], columns):
         data = frame[["round", col]].dropna()
         ax.plot(data["round"], data[col])
@@ -25,8 +27,7 @@ def plot_curves(frame: pd.DataFrame, path: Path, title: str = "") -> Path | None
         ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -46,36 +47,63 @@ def comparison_stats(curves: pd.DataFrame, metric: str, x: str) -> pd.DataFrame:
     return stats.sort_values(["label", x]).reset_index(drop=True)
 
 
-def plot_comparison(curves: pd.DataFrame, metric: str, x: str, title: str, stem: Path) -> list[Path]:
-    """Mean ± std bands over seeds, one line per `label`: `curves` has columns label, seed, x, metric.
-    Writes stem.png and stem.pdf (vector, for a paper); returns both paths."""
+def comparison_figure(curves: pd.DataFrame, metric: str, x: str, title: str):
+    """Mean ± std bands over seeds, one line per `label` (`curves`: columns label, seed, x, metric), as a
+    matplotlib Figure. The legend sits below the axes, outside them, in the figure's constrained layout:
+    long labels (a method and its setting) are wrapped, never drawn over the curves or cut off."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
-    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
     for label, stats in comparison_stats(curves, metric, x).groupby("label", sort=True):
         stats = stats.set_index(x)
-        line, = ax.plot(stats.index, stats["mean"], label=f"{label} (n={int(stats['count'].max())})")
+        text = "\n".join(textwrap.wrap(f"{label} (n={int(stats['count'].max())})", 60))
+        line, = ax.plot(stats.index, stats["mean"], label=text)
         spread = stats["std"].fillna(0.0)
         ax.fill_between(stats.index, stats["mean"] - spread, stats["mean"] + spread, color=line.get_color(), alpha=0.2,
                         linewidth=0)
     ax.set_xlabel({"round": "communication round", "floats_up": "floats uploaded (cumulative)"}.get(x, x))
     ax.set_ylabel(metric.replace("_", " "))
-    import textwrap
-
-    import matplotlib.ticker
-
     ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=9)
     if x == "round":
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    labels = ax.get_legend_handles_labels()[1]
+    fig.legend(loc="outside lower center", ncols=2 if len(labels) > 3 and max(map(len, labels)) <= 40 else 1,
+               fontsize=8, frameon=False)
+    return fig
+
+
+def save_figure(fig, stem: Path, suffixes: tuple[str, ...] = (".png", ".pdf")) -> list[Path]:
+    """Write `fig` as stem.png and stem.pdf (vector, for a paper), creating stem's folder; closes it.
+    bbox_inches="tight" keeps every artist (the legend below the axes) inside the file."""
+    import matplotlib.pyplot as plt
+
     stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    paths = [stem.with_suffix(s) for s in suffixes]
     for path in paths:
-        fig.savefig(path, dpi=150)
+        fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)
     return paths
+
+
+def figure_png(fig, dpi: int = 110) -> bytes:
+    """`fig` as PNG bytes (for a page that embeds it); closes it."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def plot_comparison(curves: pd.DataFrame, metric: str, x: str, title: str, stem: Path) -> list[Path]:
+    """comparison_figure written as stem.png and stem.pdf; returns both paths."""
+    return save_figure(comparison_figure(curves, metric, x, title), stem)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -13,7 +14,8 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from fedbench.core.errors import FedbenchError
+from fedbench.core.errors import FedbenchError, is_disk_full, write_failure
+from fedbench.core.secrets import password_hint, redact
 from fedbench.tracking.plots import plot_curves, setting_title
 from fedbench.tracking.store import (StoreError, bound_http_retries, one_attempt, one_line, open_store, probe_server,
                                      resolve_tracking_uri)
@@ -29,14 +31,26 @@ def flatten_config(cfg: DictConfig) -> dict[str, str]:
             for k, v in value.items():
                 walk(f"{prefix}.{k}" if prefix else str(k), v)
         else:
-            out[prefix] = str(value)[:6000]
+            out[prefix] = redact(str(value))[:6000]
 
     walk("", {k: v for k, v in container.items() if k != "hydra"})
     return out
 
 
-def readable_run_name(cfg: DictConfig) -> str:
-    """`fedavg-fmnist-dir0.1-s0`: algorithm, data set, partition (with its skew parameter), seed."""
+# overrides the base of a run's name says already, and those that only place a run
+NAMED = ("algorithm", "dataset", "partition", "seed", "tracking.", "hydra.", "engine.", "data.", "resume", "experiment",
+         "scale")
+
+
+def readable_run_name(cfg: DictConfig, overrides: str = "") -> str:
+    """`fedavg-fmnist-dir0.1-s0`: algorithm, data set, partition (with its skew parameter), seed; then the
+    run's other overrides (`eta_l=0.1 rounds=50`), so that the jobs of a grid have names of their own."""
+    base = _base_name(cfg)
+    extra = [o for o in overrides.split() if "=" in o and not o.lstrip("+~").startswith(NAMED)]
+    return " ".join([base, *extra])[:250]
+
+
+def _base_name(cfg: DictConfig) -> str:
     partition = str(cfg.partition.name)
     short = {"dirichlet": "dir", "dirichlet_balanced": "dirbal", "quantity_skew": "qskew", "label_k": "labels",
              "shards": "shards", "c_noniid": "c"}.get(partition, partition)
@@ -54,18 +68,43 @@ def _user() -> str:
         return "unknown"
 
 
+def _public(tags: dict[str, str]) -> dict[str, str]:
+    """Tags as recorded: no password of a store URI in any (core.secrets)."""
+    return {k: redact(str(v)) for k, v in tags.items()}
+
+
 def tags_of(run) -> dict[str, str]:
     return dict(run.data.tags)
 
 
+def package_version() -> str:
+    """The installed fedbench's version (its distribution's metadata); the package's own where it is not
+    installed (a checkout on PYTHONPATH)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fedbench-bench")
+    except PackageNotFoundError:
+        import fedbench
+
+        return fedbench.__version__
+
+
 def git_commit() -> str:
+    """The commit of the source checkout fedbench runs from; 'unknown' for an installed wheel (whose
+    folder may lie inside another repository: only the checkout's own .git counts)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return "unknown"
     try:
         return subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-            cwd=Path(__file__).resolve().parent,
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=root,
         ).stdout.strip() or "unknown"
     except Exception:
         return "unknown"
+
+
+VERSION_KEY = "fedbench_version"  # a tag and a param of every run
 
 
 def store_call(method):
@@ -81,6 +120,9 @@ def store_call(method):
             raise
         except Exception as exc:
             self.store_failed = True
+            if is_disk_full(exc) and self.uri.startswith("sqlite:///"):
+                folder = Path(self.uri.removeprefix("sqlite:///")).parent
+                raise StoreError(f"the MLflow store {self.uri} failed: {write_failure(exc, folder)} ({one_line(exc)})") from exc
             raise StoreError(f"the MLflow store {self.uri} failed: {one_line(exc)}") from exc
 
     return wrapper
@@ -109,7 +151,8 @@ class Recorder:
         except FedbenchError:
             raise
         except Exception as exc:
-            raise FedbenchError(f"cannot use the MLflow tracking store {self.uri}: {one_line(exc)}") from None
+            raise FedbenchError(f"cannot use the MLflow tracking store {self.uri}: {one_line(exc)}"
+                                f"{password_hint(self.uri)}") from None
 
     def find_previous(self, config_hash: str):
         """The newest run of this experiment with the same config hash, FINISHED ones first; or None."""
@@ -145,12 +188,31 @@ class Recorder:
             },
         }
 
+    def check_live(self, run_id: str) -> None:
+        """A run (or its experiment) deleted in the store, whose folder remains: say so, and how to restore it
+        (MLflow's delete is soft until `mlflow gc`), before any training (exit 2)."""
+        from fedbench.core.errors import ConfigError
+
+        try:
+            run = self.client.get_run(run_id)
+        except Exception:
+            return  # not in this store at all: start() says which store to use
+        restore = f"MLFLOW_TRACKING_URI={shlex.quote(self.uri)} mlflow"
+        experiment = self.client.get_experiment(run.info.experiment_id)
+        if experiment.lifecycle_stage == "deleted":  # its runs were deleted with it, and come back with it
+            raise ConfigError(f"the MLflow experiment {experiment.name!r} of run {run_id}, which this checkpoint "
+                              f"continues, was deleted in {self.uri}; restore it with: {restore} experiments restore "
+                              f"--experiment-id {experiment.experiment_id}, then resume again")
+        if run.info.lifecycle_stage == "deleted":
+            raise ConfigError(f"MLflow run {run_id}, which this checkpoint continues, was deleted in {self.uri}; "
+                              f"restore it with: {restore} runs restore --run-id {run_id}, then resume again")
+
     @store_call
     def start(self, tags: dict[str, str], run_id: str | None = None, logged_through: int = 0) -> str:
-        from mlflow.entities import Param, RunTag
 
         if run_id is not None:  # resuming: skip the rounds already in the record
             self.run_id = run_id
+            self.check_live(run_id)
             try:
                 self.client.update_run(run_id, status="RUNNING")
                 logged = self.client.get_metric_history(run_id, "floats_up")
@@ -167,19 +229,20 @@ class Recorder:
             return run_id
         from mlflow.utils import mlflow_tags
 
-        commit = git_commit()  # one `git rev-parse` for both tags
+        commit, version = git_commit(), package_version()  # one `git rev-parse` for both tags
         source = {mlflow_tags.MLFLOW_SOURCE_NAME: "fedbench run", mlflow_tags.MLFLOW_SOURCE_TYPE: "LOCAL",
-                  mlflow_tags.MLFLOW_USER: _user(), mlflow_tags.MLFLOW_GIT_COMMIT: commit}
-        name = self.cfg.tracking.get("run_name") or readable_run_name(self.cfg)
-        run = self.client.create_run(self.experiment_id, run_name=name, tags={**source, **tags})
+                  mlflow_tags.MLFLOW_USER: _user(), VERSION_KEY: version}
+        if commit != "unknown":  # a checkout; an installed wheel has its version only
+            source[mlflow_tags.MLFLOW_GIT_COMMIT] = source["git_commit"] = commit
+        name = redact(self.cfg.tracking.get("run_name") or readable_run_name(self.cfg, tags.get("overrides", "")))
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=_public({**source, **tags}))
         self.run_id = run.info.run_id
-        params = [Param(k, v) for k, v in flatten_config(self.cfg).items()]
+        params = [Param(k, v) for k, v in {**flatten_config(self.cfg), VERSION_KEY: version}.items()]
         for i in range(0, len(params), 100):
             self.client.log_batch(self.run_id, params=params[i : i + 100])
-        self.client.log_batch(self.run_id, tags=[RunTag("git_commit", commit)])
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "config.yaml"
-            path.write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
+            path.write_text(redact(OmegaConf.to_yaml(self.cfg, resolve=True)))
             self.client.log_artifact(self.run_id, str(path))
         return self.run_id
 
@@ -214,7 +277,7 @@ class Recorder:
     def set_tags(self, tags: dict[str, str]) -> None:
         from mlflow.entities import RunTag
 
-        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in _public(tags).items()])
 
     @store_call
     def finish(self, history: list[dict[str, float]], status: str = "FINISHED", artifacts: bool = True) -> dict[str, Any]:
@@ -225,14 +288,18 @@ class Recorder:
         rounds = int(self.cfg.rounds)
         summary: dict[str, Any] = {"run_id": self.run_id, "status": status}
         targets = {}
+        # Idempotent: a run killed after this step's first writes and resumed comes here again. Tags and
+        # artifacts are overwritten in place; a metric would be appended, so one already logged is kept.
+        logged = self.client.get_run(self.run_id).data.metrics
         for t in self.cfg.get("targets") or []:
             reached = rounds_to_target(history, float(t))
             targets[float(t)] = reached
             key = target_key(float(t))
             self.set_tags({key: format_rounds(reached, rounds)})
-            if reached is not None:
+            if reached is not None and key not in logged:
                 self.client.log_batch(self.run_id, metrics=[Metric(key, reached, int(time.time() * 1000), 0)])
         summary["rounds_to_target"] = targets
+        artifact_names = ["config.yaml"]
         if artifacts and history:
             frame = pd.DataFrame(history)
             with tempfile.TemporaryDirectory() as tmp:
@@ -240,8 +307,12 @@ class Recorder:
                 frame.to_csv(csv, index=False)
                 self.client.log_artifact(self.run_id, str(csv))
                 png = plot_curves(frame, Path(tmp) / "curves.png", setting_title(self.cfg))
+                artifact_names.append(csv.name)
                 if png is not None:
                     self.client.log_artifact(self.run_id, str(png))
+                    artifact_names.append(png.name)
+        summary["artifacts"] = artifact_names
+        summary["artifact_uri"] = self.client.get_run(self.run_id).info.artifact_uri
         self.client.set_terminated(self.run_id, status=status)
         return summary
 

@@ -15,7 +15,8 @@ if TYPE_CHECKING:  # pandas is imported by the functions that use it: `fedbench 
     import pandas as pd
 
 # Params that say where or how a run executed, not what it computed.
-PLACEMENT = ("tracking.", "engine.", "data.", "resume", "seed", "eval_every", "train_loss_every", "targets")
+PLACEMENT = ("tracking.", "engine.", "data.", "resume", "seed", "eval_every", "train_loss_every", "targets",
+             "fedbench_version")
 
 BEST_BY = ("final_accuracy", "best_accuracy", "final_loss")
 
@@ -24,16 +25,12 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
     """One row per FINISHED run: params (as strings), tags and the metrics a table needs."""
     import pandas as pd
 
-    from mlflow.tracking import MlflowClient
-
     from fedbench.core.errors import ConfigError
-    from fedbench.tracking.store import resolve_tracking_uri
-
-    from fedbench.tracking.store import one_line
+    from fedbench.tracking.store import one_line, resolve_tracking_uri, store_client
 
     store = resolve_tracking_uri(uri)
     try:
-        client = MlflowClient(store)
+        client = store_client(store)
         exp = client.get_experiment_by_name(experiment)
         names = [e.name for e in client.search_experiments()] if exp is None else []
     except Exception as exc:  # not an MLflow store, unreachable server
@@ -61,6 +58,41 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
             "final_loss": run.data.metrics.get("test_loss"),
         })
     return one_run_per_config(pd.DataFrame(rows))
+
+
+def metric_curves(frame: pd.DataFrame, uri: str | None, metric: str, x: str = "round") -> pd.DataFrame:
+    """Per run (frame's rows, labelled: algorithm and setting) and round, `metric` against `x`: columns
+    label, seed, x, metric (the input of tracking.plots.comparison_figure). Empty when no run logged it."""
+    import pandas as pd
+
+    from fedbench.tracking.store import resolve_tracking_uri, store_client
+
+    client = store_client(resolve_tracking_uri(uri))
+    rows = []
+    for _, run in frame.iterrows():
+        values = ({r: v for r, v in run["history"]} if metric == "test_accuracy" and "history" in run
+                  else {m.step: m.value for m in client.get_metric_history(run["run_id"], metric)})
+        if not values:
+            continue
+        xs = ({m.step: m.value for m in client.get_metric_history(run["run_id"], x)} if x != "round"
+              else {r: float(r) for r in values})
+        label = " ".join(p for p in (run["algorithm"], run["setting"]) if p)
+        rows += [{"label": label, "seed": run.get("param:seed"), x: xs[r], metric: v} for r, v in values.items() if r in xs]
+    return pd.DataFrame(rows, columns=["label", "seed", x, metric])
+
+
+def logged_metrics(frame: pd.DataFrame, uri: str | None) -> list[str]:
+    from fedbench.tracking.store import resolve_tracking_uri, store_client
+
+    client = store_client(resolve_tracking_uri(uri))
+    return sorted({k for r in frame["run_id"] for k in client.get_run(r).data.metrics})
+
+
+def shared_heading(frame: pd.DataFrame) -> str:
+    """What every run of the frame shares (data set, split, model, clients): a figure's default title."""
+    keys = ("dataset.name", "partition.name", "partition.alpha", "model.name", "num_clients", "clients_per_round")
+    return ", ".join(f"{k}={frame[f'param:{k}'].iloc[0]}" for k in keys
+                     if f"param:{k}" in frame and frame[f"param:{k}"].nunique(dropna=False) == 1)
 
 
 def one_run_per_config(frame: pd.DataFrame) -> pd.DataFrame:
@@ -98,13 +130,61 @@ def method_label(run) -> str:
     return name if opt is None or pd.isna(opt) or opt == "sgd" else f"{name}/{opt}"
 
 
+def _shown(value) -> str:
+    import pandas as pd
+
+    return "-" if value is None or pd.isna(value) else str(value)
+
+
+def varies(column: pd.Series) -> bool:
+    """Whether a param takes more than one value among the runs that have it: a key present in some runs
+    only (a data set's constants, an algorithm's own option) with one value follows another choice."""
+    return column.dropna().nunique() > 1
+
+
+def method_labels(frame: pd.DataFrame, tuned: bool = False, settings: list[str] = ()) -> pd.Series:
+    """Per run, the method it ran: method_label, plus the algorithm's own hyperparameters (algorithm.*)
+    that vary among that method's runs, e.g. `fedprox (mu=0.1)`. With `tuned` (--best-by) those are
+    what is chosen per row, so the label is the method alone; keys named as `settings` are not repeated."""
+    base = frame.apply(method_label, axis=1) if len(frame) else frame.get("param:algorithm.name", [])
+    if tuned or not len(frame):
+        return base
+    own = [c for c in frame if c.startswith("param:algorithm.") and c not in METHOD_PARAMS and c[6:] not in settings]
+    labels = base.copy()
+    for name, index in base.groupby(base).groups.items():
+        runs = frame.loc[index]
+        cols = [c for c in own if varies(runs[c])]
+        if cols:
+            labels[index] = name + " (" + runs[cols].apply(
+                lambda row: ", ".join(f"{c.removeprefix('param:algorithm.')}={_shown(v)}" for c, v in row.items()),
+                axis=1) + ")"
+    return labels
+
+
 def differing_settings(frame: pd.DataFrame, exclude_tuned: bool) -> list[str]:
-    """The config keys that differ between the runs (placement, seed and the algorithm aside): each
-    combination is a row. With --best-by the tuned keys (algorithm.*, step sizes) are what is chosen
-    per row, so they are not part of the setting."""
-    tuned = ("algorithm.", "eta_l", "eta_g")
-    keys = [c[6:] for c in hyperparameters(frame) if c not in METHOD_PARAMS]
+    """The run keys that vary across the compared runs: each combination is a setting, and a setting is
+    shared by every method, so that methods compare on it. An algorithm's own keys (algorithm.*) are never
+    a setting (they tell variants of a method apart, method_labels), nor a key with one value wherever it
+    is present (a data set's constants). With --best-by the step sizes are what is chosen per row too."""
+    tuned = ("eta_l", "eta_g")
+    keys = [c[6:] for c in hyperparameters(frame) if c not in METHOD_PARAMS and not c.startswith("param:algorithm.")]
     return [k for k in keys if not (exclude_tuned and k.startswith(tuned))]
+
+
+def recorded_keys(frame: pd.DataFrame) -> list[str]:
+    return sorted(c[6:] for c in frame if c.startswith("param:"))
+
+
+def check_settings(frame: pd.DataFrame, settings: list[str]) -> None:
+    """A --setting that no run recorded is one line naming the keys that vary (the useful choices)."""
+    from fedbench.core.errors import ConfigError, did_you_mean
+
+    known = recorded_keys(frame)
+    for key in settings:
+        if key not in known:
+            useful = differing_settings(frame, exclude_tuned=False)
+            raise ConfigError(f"Unknown --setting {key!r}: no run records it. Keys that vary across these runs: "
+                              f"{', '.join(useful) or '(none)'} (any recorded param may be named).{did_you_mean(key, known)}")
 
 
 def mean_std(values: pd.Series, digits: int) -> str:
@@ -118,19 +198,17 @@ def mean_std(values: pd.Series, digits: int) -> str:
 
 
 def hyperparameters(frame: pd.DataFrame) -> list[str]:
-    """Params that vary across the runs and are not placement or seed."""
+    """Params that vary across the runs (varies) and are not placement or seed."""
     cols = [c for c in frame if c.startswith("param:") and not c[6:].startswith(PLACEMENT)]
-    return [c for c in cols if frame[c].nunique(dropna=False) > 1]
+    return [c for c in cols if varies(frame[c])]
 
 
 def _joined(frame: pd.DataFrame, columns: list[str]) -> pd.Series | str:
     """The values of `columns` per run as one string; '-' where a run lacks the param (an
     algorithm without that hyperparameter)."""
-    import pandas as pd
-
     if not columns:
         return ""
-    return frame[columns].apply(lambda row: " ".join("-" if pd.isna(v) else str(v) for v in row), axis=1)
+    return frame[columns].apply(lambda row: " ".join(_shown(v) for v in row), axis=1)
 
 
 def best_configs(frame: pd.DataFrame, keys: list[str], settings: list[str], metric: str) -> pd.DataFrame:
@@ -152,53 +230,147 @@ def best_configs(frame: pd.DataFrame, keys: list[str], settings: list[str], metr
     return kept
 
 
-def build_table(frame: pd.DataFrame, settings: list[str] | None, target: float | None, baseline: str | None,
-                best_by: str | None, last: int = 0) -> pd.DataFrame:
-    """`settings` None: every config key that differs between the runs (differing_settings)."""
+def labelled(frame: pd.DataFrame, settings: list[str] | None, best_by: str | None) -> tuple[pd.DataFrame, list[str]]:
+    """The runs with their `algorithm` (method_labels) and `setting` columns, and the setting keys used."""
     import pandas as pd
 
     frame = frame.copy()
     if settings is None:
         settings = differing_settings(frame, exclude_tuned=best_by is not None)
-    rounds = 0
-    if target is not None:
-        frame[f"rounds_to_{target:g}"] = rounds_to(frame, target)
-        rounds = int(pd.to_numeric(frame["param:rounds"]).max())
-    if last:
-        frame[f"last_{last}_accuracy"] = mean_last(frame, last)
-    frame["algorithm"] = frame.apply(method_label, axis=1)
+    else:
+        check_settings(frame, settings)
+    frame["algorithm"] = method_labels(frame, tuned=best_by is not None, settings=settings)
     frame["setting"] = ""
     if settings:
         frame["setting"] = frame[[f"param:{s}" for s in settings]].apply(
-            lambda row: " ".join(f"{s}={'-' if pd.isna(v) else v}" for s, v in zip(settings, row)), axis=1)
+            lambda row: " ".join(f"{s}={_shown(v)}" for s, v in zip(settings, row)), axis=1)
+    if best_by is None:
+        check_not_pooled(frame, settings)
+    return frame, settings
+
+
+def check_not_pooled(frame: pd.DataFrame, settings: list[str]) -> None:
+    """Runs of different configurations never share a row or a line as if they were seeds of one:
+    --setting that leaves out a key that varies within a method is one line naming the keys to add."""
+    from fedbench.core.errors import ConfigError
+
+    groups = frame.groupby(["algorithm", "setting"], dropna=False)
+    mixed = [c[6:] for c in hyperparameters(frame) if c not in METHOD_PARAMS and c[6:] not in settings
+             and groups[c].agg(varies).any()]
+    if mixed:
+        raise ConfigError(f"--setting {' '.join(settings)} would pool runs that differ in {', '.join(mixed)} as if "
+                          f"they were seeds of one configuration: add --setting {' --setting '.join(mixed)} "
+                          "(or leave --setting out: every key that varies)")
+
+
+def check_request(frame: pd.DataFrame, settings: list[str] | None, target: float | None, baseline: str | None,
+                  best_by: str | None, last: int = 0) -> float | None:
+    """Every option of a table or figure checked against the runs, before any work: one line naming the
+    bad value and the valid choices. Returns the target (--best-by rounds_to_<t> implies one)."""
+    from fedbench.core.errors import ConfigError, unknown_choice
+
+    if best_by and best_by.startswith("rounds_to_") and target is None:
+        try:
+            target = float(best_by.removeprefix("rounds_to_"))
+        except ValueError:
+            raise ConfigError(f"--best-by {best_by!r}: rounds_to_<t> needs a target accuracy t, e.g. rounds_to_0.8") from None
+    if best_by and best_by not in BEST_BY and (target is None or best_by != f"rounds_to_{target:g}"):
+        raise unknown_choice("--best-by", best_by, (*BEST_BY, "rounds_to_<t>"))
+    if last < 0:
+        raise ConfigError(f"--last must be >= 0 (0 = no such column), got {last}")
+    if target is not None and not 0 < target <= 1:
+        raise ConfigError(f"--target must lie in (0, 1], got {target}")
+    if baseline is not None and target is None:
+        raise ConfigError(f"--baseline {baseline} is the speed-up in rounds to a target: give --target too, "
+                          f"e.g. --target 0.8 --baseline {baseline}")
+    if frame is None:
+        return target
+    if settings:
+        check_settings(frame, settings)
+    if baseline is not None:
+        choices = sorted(set(method_labels(frame, tuned=best_by is not None, settings=settings or ())))
+        if baseline not in choices:
+            raise unknown_choice("--baseline (a method of these runs)", baseline, choices)
+    return target
+
+
+def summarize(frame: pd.DataFrame, settings: list[str] | None, target: float | None, baseline: str | None,
+              best_by: str | None, last: int = 0) -> pd.DataFrame:
+    """The table in numbers, one row per method x setting: n runs (seeds), per metric its mean and sample
+    std over seeds; with a target, the rounds to it (mean and std over the runs that reached it, how many
+    reached it, and R, the rounds those runs had) and the speed-up in rounds over `baseline` (the ratio of
+    the mean rounds, where every seed of both reached the target). `settings` None: differing_settings."""
+    import pandas as pd
+
+    frame, settings = labelled(frame, settings, best_by)
+    col = None
+    if target is not None:
+        col = f"rounds_to_{target:g}"
+        frame[col] = rounds_to(frame, target)
+        frame["_rounds"] = pd.to_numeric(frame["param:rounds"], errors="coerce")
+    if last:
+        frame[f"last_{last}_accuracy"] = mean_last(frame, last)
     keys = ["algorithm", "setting"]
     if best_by:
         frame = best_configs(frame, keys, settings, best_by)
     groups = frame.groupby(keys, dropna=False)
-    table = groups.size().rename("seeds").to_frame()
-    metrics = ["final_accuracy", "best_accuracy", *([f"last_{last}_accuracy"] if last else [])]
-    for metric in metrics:
-        table[metric] = groups[metric].agg(lambda v: mean_std(v, 4))
-    if target is not None:
-        col = f"rounds_to_{target:g}"
-
-        def cell(v: pd.Series) -> str:
-            reached = v.notna().sum()
-            if reached == 0:
-                return f">{rounds} (0/{len(v)})"
-            return mean_std(v, 1) + ("" if reached == len(v) else f" ({reached}/{len(v)} reached)")
-
-        table[col] = groups[col].agg(cell)
-        mean = groups[col].agg(lambda v: v.mean() if v.notna().all() else float("nan"))  # all seeds reached
+    table = groups.size().rename("n").to_frame()
+    for metric in ["final_accuracy", "best_accuracy", *([f"last_{last}_accuracy"] if last else [])]:
+        table[f"{metric}_mean"] = groups[metric].mean()
+        table[f"{metric}_std"] = groups[metric].std(ddof=1)
+    if col is not None:
+        table[f"{col}_mean"] = groups[col].mean()
+        table[f"{col}_std"] = groups[col].std(ddof=1)
+        table[f"{col}_reached"] = groups[col].count()
+        table["rounds"] = groups["_rounds"].max()  # each run's own budget (runs of one row share it)
         if baseline is not None:
-            base = mean.xs(baseline, level="algorithm") if baseline in mean.index.get_level_values(0) else None
-            table[f"speed-up vs {baseline}"] = [
-                "" if base is None or setting not in base.index or pd.isna(m) or pd.isna(base[setting])
-                else f"{base[setting] / m:.2f}x" for (alg, setting), m in mean.items()
-            ]
+            every = groups[col].agg(lambda v: v.mean() if v.notna().all() else float("nan"))
+            base = every.xs(baseline, level="algorithm") if baseline in every.index.get_level_values(0) else None
+            table[f"speedup_vs_{baseline}"] = [
+                float("nan") if base is None or setting not in base.index else base[setting] / m
+                for (_, setting), m in every.items()]
     if best_by:
         table["best config"] = groups["best config"].first()
     return table.reset_index()
+
+
+def format_table(stats: pd.DataFrame, target: float | None, baseline: str | None) -> pd.DataFrame:
+    """summarize's numbers as the papers print them: `mean ± std` (the mean alone for one seed), rounds
+    to target with how many seeds reached it (`7.0 (1/2 reached)`, `>30 (0/3)`), speed-up `1.25x`."""
+    import pandas as pd
+
+    def cell(mean, std, digits: int) -> str:  # std is NaN for one value
+        if pd.isna(mean):
+            return "-"
+        return f"{mean:.{digits}f}" if pd.isna(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+    out = stats[["algorithm", "setting"]].copy()
+    out["seeds"] = stats["n"]
+    for metric in [c.removesuffix("_mean") for c in stats if c.endswith("_accuracy_mean")]:
+        out[metric] = [cell(m, s, 4) for m, s in zip(stats[f"{metric}_mean"], stats[f"{metric}_std"])]
+    if target is not None:
+        col = f"rounds_to_{target:g}"
+
+        def rounds_cell(r) -> str:
+            k, n = int(r[f"{col}_reached"]), int(r["n"])
+            if k == 0:
+                return f">{int(r['rounds'])} (0/{n})" if pd.notna(r["rounds"]) else f"- (0/{n})"
+            text = cell(r[f"{col}_mean"], r[f"{col}_std"], 1)
+            return text + ("" if k == n else f" ({k}/{n} reached)")
+
+        out[col] = stats.apply(rounds_cell, axis=1)
+        if baseline is not None:
+            out[f"speed-up vs {baseline}"] = stats[f"speedup_vs_{baseline}"].map(
+                lambda v: "" if pd.isna(v) else f"{v:.2f}x")
+    if "best config" in stats:
+        out["best config"] = stats["best config"]
+    return out
+
+
+def build_table(frame: pd.DataFrame, settings: list[str] | None, target: float | None, baseline: str | None,
+                best_by: str | None, last: int = 0) -> pd.DataFrame:
+    """The formatted table (format_table of summarize)."""
+    return format_table(summarize(frame, settings, target, baseline, best_by, last), target, baseline)
 
 
 def to_markdown(table: pd.DataFrame) -> str:
@@ -206,3 +378,52 @@ def to_markdown(table: pd.DataFrame) -> str:
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in table.itertuples(index=False)]
     return "\n".join(lines)
+
+
+def finished_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.DataFrame:
+    """load_runs, refusing an empty selection in one line."""
+    from fedbench.core.errors import ConfigError
+
+    frame = load_runs(uri, experiment, filter_string)
+    if frame.empty:
+        raise ConfigError(f"no FINISHED runs in experiment {experiment!r}" + (f" matching {filter_string!r}" if filter_string else ""))
+    return frame
+
+
+def report_table(experiment: str = "fedbench", target: float | None = None, baseline: str | None = None,
+                 settings: list[str] | None = None, best_by: str | None = None, last: int = 0, filter_string: str = "",
+                 uri: str | None = None, numeric: bool = False) -> pd.DataFrame:
+    """`fedbench report` as a DataFrame: formatted cells (mean ± std) or, `numeric`, summarize's numbers."""
+    target = check_request(None, settings, target, baseline, best_by, last)
+    frame = finished_runs(uri, experiment, filter_string)
+    check_request(frame, settings, target, baseline, best_by, last)
+    stats = summarize(frame, settings or None, target, baseline, best_by, last)
+    return stats if numeric else format_table(stats, target, baseline)
+
+
+def comparison_plot(experiment: str = "fedbench", metric: str = "test_accuracy", x: str = "round",
+                    settings: list[str] | None = None, title: str | None = None, filter_string: str = "",
+                    uri: str | None = None):
+    """`fedbench plot` as a matplotlib Figure (and the number of runs drawn): one line per method and
+    setting, the mean over seeds with a ± std band."""
+    from fedbench.core.errors import unknown_choice
+    from fedbench.tracking.plots import X_AXES, comparison_figure
+
+    if x not in X_AXES:
+        raise unknown_choice("--x", x, X_AXES)
+    frame = finished_runs(uri, experiment, filter_string)
+    if settings:
+        check_settings(frame, settings)
+    frame, _ = labelled(frame, settings or None, None)
+    curves = metric_curves(frame, uri, metric, x)
+    if curves.empty:
+        raise unknown_choice("--metric (a metric these runs logged)", metric, logged_metrics(frame, uri))
+    return comparison_figure(curves, metric, x, shared_heading(frame) if title is None else title), len(frame)
+
+
+def to_latex(table: pd.DataFrame) -> str:
+    """A booktabs table (\\toprule, \\midrule, \\bottomrule) for a paper, every cell escaped."""
+    show = table.astype(str)
+    styler = show.style.hide(axis="index").format(escape="latex").format_index(escape="latex", axis=1)
+    text = styler.to_latex(hrules=True, column_format="l" * show.shape[1])
+    return text.replace("±", r"$\pm$").replace(">", r"$>$")

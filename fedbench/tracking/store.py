@@ -53,24 +53,42 @@ def default_artifact_root(outputs: Path = DEFAULT_OUTPUTS) -> str:
 
 
 def resolve_tracking_uri(uri: str | None) -> str:
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+    """The store's URI as fedbench shows and records it: any password is withheld (core.secrets)
+    and put back only by `client_for`."""
+    from fedbench.core.secrets import withhold_uri
+
+    return withhold_uri(uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri())
+
+
+def client_for(uri: str):
+    """MLflow's client on the store `uri`, with its withheld password (the one place it is used)."""
+    from mlflow.tracking import MlflowClient
+
+    from fedbench.core.secrets import reveal
+
+    return MlflowClient(reveal(uri))
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "mysql": 3306, "mssql": 1433}
 
 
 def probe_server(uri: str, timeout: float = 5.0) -> None:
-    """Connect once to an http(s) tracking server: MLflow's own client retries a refused
-    connection with backoff for minutes before it gives up."""
+    """Connect once to a tracking server or database server: MLflow's own client retries a refused
+    connection with backoff for minutes before it gives up (its database stores too)."""
     from urllib.parse import urlparse
 
     parsed = urlparse(uri)
-    if parsed.scheme not in ("http", "https"):
+    scheme = parsed.scheme.split("+")[0]
+    if scheme not in DEFAULT_PORTS or not parsed.hostname:
         return
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    port = parsed.port or DEFAULT_PORTS[scheme]
     try:
         socket.create_connection((parsed.hostname, port), timeout=timeout).close()
     except OSError as exc:
+        start = "(mlflow server --port ...)" if scheme.startswith("http") else f"(its {scheme} server)"
         raise FedbenchError(
-            f"cannot reach the MLflow tracking server {uri}: {exc.strerror or exc}. Start it "
-            "(mlflow server --port ...) or use the local store (tracking.uri=null)"
+            f"cannot reach the MLflow tracking {'server' if scheme.startswith('http') else 'store'} {uri}: "
+            f"{exc.strerror or exc}. Start it {start} or use the local store (tracking.uri=null)"
         ) from None
 
 
@@ -109,28 +127,49 @@ EXPERIMENT_KIND = "mlflow.experimentKind"
 EXPERIMENT_KIND_TAG = (EXPERIMENT_KIND, "custom_model_development")
 
 
-def open_store(uri: str, experiment: str):
-    """An MlflowClient on `uri` and the experiment's id (created if missing).
+def store_client(uri: str):
+    """An MlflowClient on `uri`, for every opener of a store (runs, report, plot, reproduce, the API).
 
-    A fresh SQLite store is created by MLflow's schema migrations on first use; processes that
-    start at once race on them and can leave the database unusable. The first use therefore
-    happens under a file lock beside the database, so any number of runs may start together."""
-    from mlflow.tracking import MlflowClient
+    A fresh SQLite store is created by MLflow's schema migrations when a client first opens it;
+    processes that open it at once race on them and can leave the database unusable (or die at
+    start). Every opener therefore opens it under one file lock beside the database (store_lock),
+    so any number of runs, reports and plots may start together."""
+    with store_lock(uri):
+        return client_for(uri)  # creates (or migrates) the store now
 
-    if not uri.startswith("sqlite:///"):
-        client = MlflowClient(uri)
-        return client, ensure_experiment(client, experiment, uri)
+
+@contextmanager
+def store_lock(uri: str, create: bool = False, timeout: float = 600):
+    """The lock of a SQLite store's creation and migration (a no-op for any other store); `create`
+    makes the store's folder (a run's store), else a missing folder is left for the opener to report."""
+    db = Path(uri.removeprefix("sqlite:///"))
+    if not uri.startswith("sqlite:///") or not (create or db.parent.is_dir()):
+        yield
+        return
     from filelock import FileLock
 
-    db = Path(uri.removeprefix("sqlite:///"))
     try:
-        db.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(db) + ".lock", timeout=600)
-        with lock:
-            client = MlflowClient(uri)
-            return client, ensure_experiment(client, experiment, uri)
+        if create:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(db) + ".lock", timeout=timeout)
+        lock.acquire()
     except OSError as exc:
+        if not create:  # a store on a read-only folder: read without the lock (nothing here migrates it)
+            yield
+            return
         raise FedbenchError(f"cannot use the MLflow tracking store {uri}: {exc.strerror or exc}") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def open_store(uri: str, experiment: str):
+    """An MlflowClient on `uri` and the experiment's id (created if missing, under store_lock: two
+    jobs of a sweep may create it at once)."""
+    with store_lock(uri, create=True):
+        client = client_for(uri)
+        return client, ensure_experiment(client, experiment, uri)
 
 
 def ensure_experiment(client, name: str, uri: str) -> str:

@@ -257,12 +257,11 @@ def _import_pyplot() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(2, 2))
+    fig, ax = plt.subplots(figsize=(2, 2), layout="constrained")
     ax.plot([0, 1], [0, 1])
     ax.set_xlabel("round")
     fig.suptitle("warm-up")
-    fig.tight_layout()
-    fig.savefig(io.BytesIO(), format="png", dpi=30)
+    fig.savefig(io.BytesIO(), format="png", dpi=30, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -277,11 +276,15 @@ def _answer(exc: BaseException) -> tuple[bytes | None, str]:
 
 def serve() -> None:
     """The writer process: answer calls from stdin until it closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the run's: it marks the run KILLED through us
+    for signum in (signal.SIGINT, signal.SIGTERM):  # the run's (a process group's Ctrl-C, systemd's SIGTERM to
+        signal.signal(signum, signal.SIG_IGN)   # every process): it marks the run KILLED through us, then closes us
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever a library prints goes to stderr; stdout carries the answers
     calls = sys.stdin.buffer
     served = _Served()
+    from fedbench.core.secrets import install
+
+    install()
     try:  # the imports `open` needs, before it comes
         from fedbench.tracking.store import quiet_libraries
 

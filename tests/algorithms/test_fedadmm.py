@@ -9,10 +9,10 @@ import torch
 from tests.conftest import advance, build
 from tests.problems import LEAST_SQUARES, max_curvature
 from fedbench.algorithms import load_all
-from fedbench.algorithms.fedadmm import heterogeneous_epochs
+from fedbench.algorithms.common import heterogeneous_epochs
 from fedbench.engine.local import LocalWork
 from fedbench.engine.loop import initial_state, run_round
-from fedbench.core.streams import sample_cohort
+from fedbench.core.streams import TAG_ALGO, sample_cohort, uniform
 from fedbench.core.errors import ConfigError
 
 LSTSQ = [*LEAST_SQUARES, "clients_per_round=3", "batch_size=8", "local_epochs=3", "eta_l=0.02"]
@@ -71,6 +71,56 @@ def test_fedadmm_without_duals_is_the_registered_fedprox_bit_for_bit():
     a = final_x(*common, "algorithm=fedadmm", "algorithm.dual_update=false", "algorithm.rho=0.3")
     b = final_x(*LSTSQ, "algorithm=fedprox", "algorithm.mu=0.3")
     assert torch.equal(a, b)
+
+
+def _fedprox_by_hand(fed, rounds, mu, lr, momentum, E, hetero):
+    """FedProx written out client by client (Li et al. eq. 2 under torch.optim.SGD(momentum), from theta;
+    theta = mean w_i). hetero: client i of round r runs E_i = 1 + floor(E u) epochs, u the uniform of the
+    algorithms' stream (seed, r, i, TAG_ALGO, 12), the one FedADMM draws its E_i from; else E epochs.
+    Returns theta and the epochs each client ran."""
+    theta, ran = fed.x0.clone(), []
+    for r in range(rounds):
+        ids = torch.as_tensor(sample_cohort(fed.seed, r, 8, 3))
+        work = LocalWork(fed.clients, ids, r, lr, 8, torch.full((3,), E), None)  # batches of epochs 1..E
+        epochs = (uniform(fed.seed, r, ids, TAG_ALGO, 12) * E).floor().long() + 1 if hetero else torch.full((3,), E)
+        models = []
+        for k in range(3):
+            ran.append(int(epochs[k]))
+            w = theta.clone().requires_grad_(True)
+            opt = torch.optim.SGD([w], lr=lr, momentum=momentum)
+            for t in range(int(epochs[k] * work.steps_per_epoch[k])):
+                b = work.batch(t)
+                g, _ = work.grad(w.detach()[None], type(b)(b.x[k : k + 1], b.y[k : k + 1], b.w[k : k + 1]))
+                w.grad = g[0] + mu * (w.detach() - theta)
+                opt.step()
+            models.append(w.detach())
+        theta = torch.stack(models).mean(0)
+    return theta, ran
+
+
+def test_fedprox_hetero_epochs_runs_each_client_its_own_E_i_from_fedadmm_stream():
+    """issue 36: the FedADMM paper (§V-A) gives FedProx FedADMM's E_i ~ U{1..E}: client i runs exactly E_i
+    epochs, the E_i of FedADMM under the same seed (FedADMM without duals is then FedProx bit for bit)."""
+    mu, m, lr, R = 0.3, 0.5, 0.02, 3
+    prox = [*LSTSQ, "algorithm=fedprox", f"algorithm.mu={mu}", f"local_momentum={m}"]
+    fed = build(*prox, "algorithm.hetero_epochs=true")
+    x = advance(fed, initial_state(fed), R).server["x"]
+    theta, ran = _fedprox_by_hand(fed, R, mu, lr, m, 3, hetero=True)
+    assert torch.allclose(x, theta, rtol=0, atol=1e-12)
+    assert len(set(ran)) > 1  # unequal work: the test would see fixed epochs
+    admm = final_x(*LSTSQ, "algorithm=fedadmm", "algorithm.dual_update=false", f"algorithm.rho={mu}",
+                   f"local_momentum={m}", "algorithm.hetero_epochs=true", rounds=R)
+    assert torch.equal(x, admm)  # the same E_i: one stream for both algorithms
+    fixed, _ = _fedprox_by_hand(fed, R, mu, lr, m, 3, hetero=False)
+    assert torch.allclose(final_x(*prox, rounds=R), fixed, rtol=0, atol=1e-12)  # the default: a fixed E
+    assert not torch.allclose(x, fixed, rtol=0, atol=1e-6)
+
+
+def test_fedprox_with_mu_zero_and_fixed_epochs_is_fedavg_bit_for_bit():
+    assert torch.equal(final_x(*LSTSQ, "algorithm=fedprox", "algorithm.mu=0", "algorithm.hetero_epochs=false"),
+                       final_x(*LSTSQ, "algorithm=fedavg"))
+    with pytest.raises(ConfigError, match="local_epochs=null"):
+        build(*LSTSQ, "local_epochs=null", "local_steps=3", "algorithm=fedprox", "algorithm.hetero_epochs=true")
 
 
 def test_fedadmm_with_rho_zero_no_duals_fixed_epochs_is_fedavg_bit_for_bit():
@@ -281,3 +331,66 @@ def test_bad_schedules_are_config_errors(override, match):
         build(*LSTSQ, "algorithm=fedadmm", override)
     with pytest.raises(ConfigError, match="server_step"):
         build(*LSTSQ, "algorithm=fedadmm", "algorithm.eta_schedule=[2,0.5]", "algorithm.server_step=participation")
+
+
+# -- as released (issue 36, fedadmm.md §2.2): the round's clients chained ----------------------------
+
+def _chained_by_hand(fed, rounds, rho, lr, momentum, E, eta):
+    """FedADMM as its authors released it (commit d9c043c), written out in numpy float64 on the clients'
+    least-squares losses f_i(w) = mean_j (<a_j, w> + b - y_j)^2, full local batches: one model walks through
+    the round's clients in cohort order (the first from theta); client k runs E_k epochs of SGD with momentum
+    (fresh buffer) on f_k + <y_k, w - theta> + rho/2 ||w - theta||^2, takes y_k += rho (w_k - theta) and sends
+    (w_k - w_prev) + (y_k_new - y_k_old) / rho, w_prev the model it started from; theta += eta * mean."""
+    import numpy as np
+
+    from tests.problems import client_data
+
+    data = [tuple(t.numpy() for t in client_data(fed, i)) for i in range(fed.clients.num_clients)]
+    theta, duals, ran = fed.x0.numpy().copy(), {}, []
+    for r in range(rounds):
+        ids = sample_cohort(fed.seed, r, fed.clients.num_clients, fed.clients_per_round).tolist()
+        epochs = (uniform(fed.seed, r, torch.tensor(ids), TAG_ALGO, 12) * E).floor().long() + 1  # FedADMM's E_i
+        w, messages = theta.copy(), []
+        for i, e in zip(ids, epochs.tolist()):
+            ran.append(e)
+            A, b = data[i]
+            w_prev, y_old, buf = w.copy(), duals.get(i, np.zeros_like(theta)), None
+            for _ in range(e):
+                g = 2.0 * A.T @ (A @ w - b) / len(b) + y_old + rho * (w - theta)
+                buf = g if buf is None else momentum * buf + g
+                w = w - lr * buf
+            duals[i] = y_old + rho * (w - theta)
+            messages.append((w - w_prev) + (duals[i] - y_old) / rho)
+        theta = theta + eta * np.mean(messages, axis=0)
+    return torch.from_numpy(theta), ran
+
+
+CHAINED = [*LEAST_SQUARES, "num_clients=3", "dataset.num_users=3", "clients_per_round=3", "batch_size=0", "local_epochs=4", "eta_l=0.02",
+           "algorithm=fedadmm", "algorithm.rho=0.3", "local_momentum=0.5", "eta_g=0.8"]
+
+
+def test_chained_fedadmm_is_the_released_code_round_by_round():
+    fed = build(*CHAINED, "algorithm.chained=true")
+    x = advance(fed, initial_state(fed), 2).server["x"]
+    theta, ran = _chained_by_hand(fed, 2, rho=0.3, lr=0.02, momentum=0.5, E=4, eta=0.8)
+    assert torch.allclose(x, theta, rtol=0, atol=1e-12)
+    assert len(set(ran)) > 1  # unequal E_i
+    parallel = final_x(*CHAINED, rounds=2)  # the default trains every client from theta
+    assert float((parallel - x).norm()) > 1e-3 * float(x.norm())
+
+
+def test_chained_fedadmm_trains_alike_as_lanes_of_a_grid_and_counts_its_floats():
+    """Two step sizes trained as lanes of one program (the batched launcher) give what each gives alone;
+    a client receives theta and the model it starts from (2d), uploads one message (d)."""
+    from fedbench.engine.loop import run_lanes
+
+    feds = [build(*CHAINED, "algorithm.chained=true", "num_clients=8", "dataset.num_users=8", f"eta_l={lr}", "rounds=3") for lr in (0.02, 0.05)]
+    states = [initial_state(f) for f in feds]
+    run_lanes(feds, states, None, lambda k, st, exc: pytest.fail(str(exc)))
+    for lr, state in zip((0.02, 0.05), states):
+        alone = final_x(*CHAINED, "algorithm.chained=true", "num_clients=8", "dataset.num_users=8", f"eta_l={lr}", rounds=3)
+        assert torch.allclose(state.server["x"], alone, rtol=0, atol=1e-12)
+    fed = build(*CHAINED, "algorithm.chained=true")
+    assert run_round(fed, initial_state(fed)) == (3 * 2 * fed.flat.dim, 3 * fed.flat.dim)
+    with pytest.raises(ConfigError, match="chained"):
+        build(*CHAINED, "algorithm.chained=true", "algorithm.local_init=local")

@@ -55,6 +55,12 @@ def test_run_records_params_metrics_and_rounds_to_target(tmp_path):
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "metrics.csv", "curves.png"} <= arts
     assert "MLflow run" in out.stdout and run.info.run_id in out.stdout
+    # the summary says where the run is (what `fedbench resume` takes) and what it left in MLflow (issue 33)
+    assert f"run folder           {tmp_path}/run" in out.stdout
+    assert "artifacts            config.yaml, metrics.csv, curves.png in " + run.info.artifact_uri in out.stdout
+    from fedbench.tracking.recorder import package_version
+
+    assert run.data.tags["fedbench_version"] == run.data.params["fedbench_version"] == package_version()
 
 
 @pytest.mark.parametrize("override,needle", [
@@ -100,3 +106,19 @@ def test_multirun_runs_every_job(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     names = sorted(r.data.params["algorithm.name"] for r in _runs(db)[1])
     assert names == ["fedavg", "fedsgd"]
+
+
+def test_list_wraps_long_descriptions_to_the_terminal_instead_of_cutting_them(monkeypatch):
+    """Issue 33: descriptions were cut at 100 characters with no ellipsis."""
+    from typer.testing import CliRunner
+
+    from fedbench.cli.app import app
+    from fedbench.cli.listing import config_options, selected_name
+
+    monkeypatch.setenv("COLUMNS", "80")
+    text = CliRunner().invoke(app, ["list"]).stdout
+    variants = [o for o in config_options("algorithm") if "/" in o]  # fedavg/adam: shown by its file's comment
+    longest = max((selected_name("algorithm", o)[1] for o in variants), key=len)
+    assert len(longest) > 100
+    assert longest in " ".join(text.split())  # every word, in order
+    assert max(map(len, text.splitlines())) <= 80

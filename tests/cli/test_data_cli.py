@@ -58,3 +58,24 @@ def test_every_dataset_partition_and_model_config_validates():
     for group in ("dataset", "partition", "model"):
         for path in sorted((Path(CONF) / group).glob("*.yaml")):
             validate(make_cfg(f"{group}={path.stem}"))
+
+
+def test_data_show_of_a_population_made_on_demand_counts_its_first_users(tmp_path, monkeypatch):
+    """issue 35: sizes of every user come without making one; labels are counted for the first 1,000."""
+    from fedbench.data.synthetic import PerUserSynthetic
+
+    made = []
+    user = PerUserSynthetic.user
+    monkeypatch.setattr(PerUserSynthetic, "user", lambda self, k: made.append(k) or user(self, k))
+    n = 200_000
+    res = runner.invoke(app, ["data", "show", "dataset=synthetic", "dataset.generator=per_user", f"dataset.num_users={n}",
+                              "dataset.eval_users=10", "partition=natural", f"num_clients={n}", "--rows", "2",
+                              "--out", str(tmp_path / "p.png")])
+    assert res.exit_code == 0, res.output
+    sizes = PerUserSynthetic(0, n, 60, 10, 1.0, 1.0, False).sizes
+    train = sizes - np.maximum(1, np.round(0.2 * sizes)).astype(int)
+    assert f"train samples assigned: {train.sum()}" in res.output and f"clients={n}" in res.output
+    assert "labels of the first 1000 users" in res.output and "... 199998 more" in res.output
+    assert len(made) == 10 + 1000  # the test users and the counted ones, not 200,000
+    first = [line.split() for line in res.output.splitlines() if re.match(r"\s+\d+\s+\d+\s+\d+\s", line)]
+    assert [int(r[1]) for r in first] == train[:2].tolist()

@@ -120,6 +120,11 @@ def test_mlflow_runs_have_readable_names_a_source_and_open_on_the_runs_table(tmp
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     found = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
     assert set(found) == {"fedavg-digits-dir0.1-s3", "mine"}
+    from fedbench.tracking.recorder import readable_run_name
+
+    cfg = make_cfg("partition.alpha=0.5")  # a grid's jobs are told apart by their other overrides (issue 33)
+    names = {readable_run_name(cfg, f"algorithm=fedavg eta_l={lr} seed=0 tracking.uri=x") for lr in (0.03, 0.1, 0.3)}
+    assert names == {f"fedavg-digits-dir0.5-s0 eta_l={lr}" for lr in (0.03, 0.1, 0.3)}
     tags = found["mine"].data.tags
     assert tags["mlflow.source.name"] == "fedbench run" and tags["mlflow.source.type"] == "LOCAL"
     assert tags["mlflow.user"] and tags["mlflow.source.git.commit"] == tags["git_commit"]
@@ -143,3 +148,8 @@ def test_sweep_output_names_each_job_logs_plain_lines_and_fills_the_job_log(tmp_
         text = log.read_text()
         assert "round 20/20" in text and "final test accuracy" in text
     assert out.stdout.count("mlflow ui --backend-store-uri") == 1
+    # one format for every line of a sweep, Hydra's own included, and the sweep's table ready to paste (issue 33)
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
+    assert lines and all(line.startswith("fedbench: ") for line in lines), [x for x in lines if not x.startswith("fedbench: ")]
+    assert (f"fedbench: its table: fedbench report --experiment fedbench --filter \"tags.sweep_dir = "
+            f"'{tmp_path}/sweep'\" --uri sqlite:///{tmp_path}/m.db --target 0.8") in out.stdout

@@ -253,6 +253,8 @@ def test_cli_runs_the_grid_saves_the_comparison_and_exits_1_on_a_failed_claim(ti
     csv = pd.read_csv(out / "comparison.csv")
     assert len(csv) == 8 and set(csv["n"]) == {1}  # 4 arms x 2 metrics, one seed
     assert (out / "figure.png").stat().st_size > 0 and (out / "comparison.md").exists()
+    page = (out / "page.html").read_text()  # its results page, with the claim's verdict below the paper's scale
+    assert "does not hold at this scale</span>:\n      the fake claim" in page and "data:image/png;base64," in page
     measured = re.search(r"Compute: measured (\d+) s on a \d+-core CPU \(catalog estimate: ", (out / "comparison.md").read_text())
     assert measured and 0 <= int(measured.group(1)) < 600
     table = seen["table"]
@@ -415,6 +417,12 @@ def test_reproduce_all_records_claims_compute_and_docs(tiny_conf, monkeypatch):
     assert re.fullmatch(r"measured \d+ s on a \d+-core CPU \(\d{4}-\d\d-\d\d\)", compute), compute
     doc = (checkout / "docs" / "results.md").read_text()
     assert "| fake/t | 1 / 1 |" in doc and "--record engine.threads=1`" in doc and "- [x] B reaches 50% no later than A" in doc
+    # the results page beside it (issue 33): one self-contained file with the verdicts, paper vs measured,
+    # the figure and the runs' config hashes (tests/tracking/test_results_page.py opens such a page in a browser)
+    page = (checkout / "docs" / "results.html").read_text()
+    assert "holds</span>:\n      B reaches 50% no later than A" in page and "Paper vs measured" in page
+    assert "config hash" in page and page.count("data:image/png;base64,") == 1 and "https://" not in page
+    assert "B reaches 50% no later than A" in (tiny_conf / "outputs" / "all-ci.html").read_text()
     listing = CliRunner().invoke(cli_app, ["reproduce", "list"]).output
     assert compute in listing
     # recording needs a checkout to write into, and says so before any training

@@ -36,3 +36,21 @@ def test_run_returns_the_history_the_record_holds(tmp_path):
     assert result.history["test_accuracy"].tolist() == pytest.approx(recorded)
     with pytest.raises(fedbench.core.errors.ConfigError, match="use fedbench.sweep for a grid"):
         fedbench.run(["seed=0,1"])
+
+
+def test_a_run_shows_progress_where_someone_watches_and_is_silent_elsewhere(tmp_path, monkeypatch, capsys):
+    """Issue 33: fedbench.run was silent for a minute in a notebook. By default a bar (tqdm.auto) and the
+    run's lines where stderr is a terminal or a Jupyter kernel; nothing into a pipe; progress=False: never."""
+    import fedbench
+    from fedbench.runs import single
+    from tests.faultkit import SMALL
+
+    args = [*SMALL, "rounds=2", f"tracking.uri=sqlite:///{tmp_path}/m.db"]
+    fedbench.run(args, run_dir=tmp_path / "a")
+    assert capsys.readouterr().err == ""  # captured: not a terminal
+    monkeypatch.setattr(single, "interactive", lambda: True)
+    fedbench.run([*args, "seed=1"], run_dir=tmp_path / "b")
+    err = capsys.readouterr().err
+    assert "2/2" in err and "fedbench: fedavg on digits" in err
+    fedbench.run([*args, "seed=2"], run_dir=tmp_path / "c", progress=False)
+    assert capsys.readouterr().err == ""

@@ -26,7 +26,8 @@ def sweep_on(cluster, tmp_path: Path, experiment: str, *overrides: str) -> list[
 
 
 def cluster_env(cluster) -> dict[str, str]:
-    return {**env(), "RAY_ADDRESS": cluster.ray_address}
+    """A shell that sourced the cluster's DIR/env (RAY_ADDRESS, Ray's loopback mode, PGPASSWORD)."""
+    return {**env(), **cluster.exported}
 
 
 def launch(cluster, tmp_path: Path, cmd: list[str], timeout: float = 600) -> subprocess.CompletedProcess:

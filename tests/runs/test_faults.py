@@ -161,21 +161,49 @@ def test_unusable_local_store(tmp_path):
 
 
 def test_full_disk_keeps_the_last_checkpoint_and_fails_the_run(tmp_path, monkeypatch):
-    real_save, calls = torch.save, []
+    """The disk fills during the second checkpoint's write: however torch reports the failed write
+    (an OSError or its own RuntimeError), one line names the folder, its free space, the checkpoint kept."""
+    import os as os_module
 
-    def save_then_fill_disk(obj, f, *args, **kwargs):
-        calls.append(obj["round"])
-        if len(calls) == 1:
-            return real_save(obj, f, *args, **kwargs)
-        f.write(b"half a checkpoint")
-        raise OSError(errno.ENOSPC, "No space left on device")
+    from fedbench.engine import checkpoint
 
-    monkeypatch.setattr(torch, "save", save_then_fill_disk)
-    with pytest.raises(FedbenchError, match="I/O error at round 4: .*No space left on device") as info:
+    real_fdopen, calls = os_module.fdopen, []
+
+    class FullDisk:
+        def __init__(self, f):
+            self.f = f
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            if len(calls) > 1 and self.f.tell() + len(data) > 200:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return self.f.write(data)
+
+    def fdopen(fd, *args, **kwargs):
+        if checkpoint.TMP_PREFIX not in os_module.readlink(f"/proc/self/fd/{fd}"):  # not a checkpoint's
+            return real_fdopen(fd, *args, **kwargs)
+        calls.append(fd)
+        return FullDisk(real_fdopen(fd, *args, **kwargs))
+
+    monkeypatch.setattr(checkpoint.os, "fdopen", fdopen)
+    run_dir = tmp_path / "run"
+    with pytest.raises(FedbenchError) as info:
         run_job_in(tmp_path, *SMALL, "rounds=6", "tracking.checkpoint_every=2")
+    message = str(info.value)
+    assert message.startswith(f"no space left on the disk of {run_dir} (") and " free): " in message, message
+    assert ("the run stopped at round 4; the checkpoint of round 2 is kept; free some space and continue with: "
+            f"fedbench resume {run_dir}") in message and "\n" not in message
     assert info.value.exit_code == 1
-    monkeypatch.setattr(torch, "save", real_save)
-    assert calls == [2, 4]
+    monkeypatch.undo()
+    assert len(calls) == 2
     assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["round"] == 2  # the whole one
     assert [p.name for p in (tmp_path / "run").iterdir()] == ["checkpoint.pt"]  # no temporary file left
     [run] = runs(tmp_path / "m.db")[1]

@@ -18,7 +18,7 @@ def test_a_sweep_on_a_ray_cluster_lands_every_run_in_mlflow(cluster, tmp_path):
     cmd = [sys.executable, "-m", "fedbench.cli", "run", "-m", "hydra/launcher=ray_cluster",
            "algorithm=fedavg,fedsgd,fedprox", "seed=0,1,2", *SMALL, "rounds=3", f"tracking.uri=sqlite:///{db}",
            f"hydra.sweep.dir={tmp_path}/sweep"]
-    out = subprocess.run(cmd, cwd=tmp_path, env={**env(), "RAY_ADDRESS": cluster.ray_address}, capture_output=True, text=True,
+    out = subprocess.run(cmd, cwd=tmp_path, env={**env(), **cluster.exported}, capture_output=True, text=True,
                          timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Ray Launcher is launching 9 jobs" in out.stderr + out.stdout

@@ -101,6 +101,7 @@ def test_a_full_disk_under_the_store_ends_the_run_with_one_line_and_a_usable_che
         _run(tmp_path, "rounds=6", "tracking.checkpoint_every=1")
     message = str(info.value)
     assert "\n" not in message and "database or disk is full" in message and "fedbench resume" in message
+    assert f"no space left on the disk of {tmp_path} (" in message and " free)" in message  # issue 32
     assert info.value.exit_code == 1
     assert ("stays RUNNING" in message) == everything
     monkeypatch.undo()

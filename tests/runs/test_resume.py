@@ -72,3 +72,27 @@ def test_sigint_then_kill9_then_resume_equals_uninterrupted_run(tmp_path):
     for key in PER_ROUND:
         logged = sorted((m.step, m.value) for m in client.get_metric_history(done.info.run_id, key))
         assert logged == [(h["round"], h[key]) for h in reference], key
+
+
+@pytest.mark.slow
+def test_kill9_then_resume_with_a_disk_client_table_equals_uninterrupted_run(tmp_path):
+    """issue 35: SCAFFOLD's c_i in memory-mapped files (engine.client_state_device=disk) of a population
+    made on demand; a kill -9 between checkpoints, then resume: every metric as uninterrupted."""
+    db, run_dir, ckpt = tmp_path / "m.db", tmp_path / "run", tmp_path / "run" / "checkpoint.pt"
+    rounds = 120
+    args = ["dataset=synthetic", "dataset.generator=per_user", "dataset.num_users=300", "dataset.eval_users=20",
+            "partition=natural", "num_clients=300", "clients_per_round=10", "algorithm=scaffold",
+            "engine.client_state_device=disk", "local_steps=2", "local_epochs=null", "engine.threads=1",
+            "tracking.artifacts=false", f"rounds={rounds}", "tracking.checkpoint_every=3",
+            f"tracking.uri=sqlite:///{db}", f"hydra.run.dir={run_dir}"]
+    proc = start("run", *args, cwd=tmp_path)
+    interrupt_after(proc, ckpt, 3, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert 3 <= checkpoint_round(ckpt) < rounds and (run_dir / "client_state" / "c.bin").is_file()
+    out = fedbench("resume", str(run_dir), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    client, [done] = runs(db)
+    reference = run_history(*args[:-2])
+    for key in PER_ROUND:
+        logged = sorted((m.step, m.value) for m in client.get_metric_history(done.info.run_id, key))
+        assert logged == [(h["round"], h[key]) for h in reference], key

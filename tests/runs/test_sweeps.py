@@ -63,7 +63,7 @@ def test_report_tables_from_the_sweep(sweep):
         means = sub.groupby("param:eta_l")["final_accuracy"].mean()
         assert best.loc[alg, "seeds"] == 2 and best.loc[alg, "best config"] == f"eta_l={means.idxmax()}"
     out = fedbench("report", "--uri", f"sqlite:///{db}", "--target", "0.2", "--format", "csv", cwd=sweep[1])
-    assert out.returncode == 0 and out.stdout.splitlines()[0].startswith("algorithm,setting,seeds,final_accuracy")
+    assert out.returncode == 0 and out.stdout.splitlines()[0].startswith("algorithm,setting,n,final_accuracy_mean,final_accuracy_std")
 
 
 def test_interrupted_sweep_job_continues_from_its_checkpoint(tmp_path, monkeypatch):

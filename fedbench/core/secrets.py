@@ -1,0 +1,184 @@
+"""Passwords in store URIs are never recorded or printed (issue 32).
+
+Two boundaries, one rule each:
+- In: `withhold` takes the password out of a `tracking.uri=` override before Hydra composes the
+  config, keeping it in this process's environment (FEDBENCH_TRACKING_PASSWORD, inherited by the
+  MLflow writer and by launcher workers). The config, .hydra/, the MLflow params, tags and
+  config.yaml then hold the URI without it by construction; `reveal` puts it back only in the URI
+  handed to MLflow's client. A resumed run reads the recorded URI (no password) and gets it from
+  FEDBENCH_TRACKING_PASSWORD, or from the libraries' own channels, which need nothing of fedbench:
+  MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD for an MLflow server, PGPASSWORD or ~/.pgpass
+  for PostgreSQL.
+- Out: `redact` rewrites any text so that no URI password, no password-like query parameter and no
+  password fedbench was given shows: `install` applies it to this process's stdout/stderr and to
+  every log record (Hydra's job log files included), the recorder to what it sends to MLflow, and
+  the CLI's error line goes through stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+
+PASSWORD_ENV = "FEDBENCH_TRACKING_PASSWORD"
+# the libraries' own password variables: their values are redacted too
+KNOWN_SECRET_ENVS = (PASSWORD_ENV, "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN", "PGPASSWORD")
+MASK = "***"
+SECRET_PARAMS = ("password", "passwd", "pwd", "pass", "secret", "token", "access_token", "api_key", "apikey")
+
+# scheme://user:password@host: the password runs to the last '@' before the path (an unencoded '@'
+# or '/' in it is still masked; a false match masks text that was no password, never the reverse)
+_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@'\"]*):(?P<pw>[^\s'\"]*)@(?=[^\s@'\"]*(?:[\s'\"]|$))")
+_USERINFO_SHORT = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@'\"]*):(?P<pw>[^\s@'\"/]*)@")
+_QUERY = re.compile(r"(?P<head>[?&;](?:%s)=)(?P<pw>[^&#\s'\"]*)" % "|".join(SECRET_PARAMS), re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """`text` with every URI password, password-like query value and known password masked."""
+    if not isinstance(text, str) or not text:
+        return text
+    for env in KNOWN_SECRET_ENVS:  # a password fedbench holds, wherever a library echoes it
+        secret = os.environ.get(env)
+        if secret and len(secret) >= 4 and secret in text:
+            text = text.replace(secret, MASK)
+    text = _USERINFO.sub(_masked, text)
+    text = _USERINFO_SHORT.sub(_masked, text)
+    return _QUERY.sub(_masked, text)
+
+
+def _masked(match: re.Match) -> str:
+    pw = match.group("pw")
+    end = match.group(0)[len(match.group("head")) :]
+    if not pw or pw == MASK:
+        return match.group(0)
+    return match.group("head") + end.replace(pw, MASK, 1)
+
+
+# -- in: the password leaves the config ------------------------------------------------------
+
+
+def split_password(uri: str) -> tuple[str, str | None]:
+    """(the URI without its password, the password or None): userinfo `user:pw@` or a password
+    query parameter."""
+    parts = urlsplit(uri)
+    password = None
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, host = netloc.rpartition("@")
+        user, colon, pw = userinfo.partition(":")
+        if colon:
+            password = unquote(pw)
+            netloc = f"{user}@{host}" if user else host
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        kept = [(k, v) for k, v in pairs if k.lower() not in SECRET_PARAMS]
+        if len(kept) != len(pairs):
+            password = password or next(v for k, v in pairs if k.lower() in SECRET_PARAMS)
+            query = urlencode(kept)
+    if password is None:
+        return uri, None
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment)), password
+
+
+def withhold_uri(uri: str) -> str:
+    """`uri` without its password, which is kept in PASSWORD_ENV for `reveal`."""
+    if "://" not in uri:
+        return uri
+    public, password = split_password(uri)
+    if password is not None:
+        os.environ[PASSWORD_ENV] = password
+    return public
+
+
+def withhold(overrides: list[str]) -> list[str]:
+    """The overrides with the password taken out of `tracking.uri=...` (kept in PASSWORD_ENV)."""
+    out = []
+    for item in overrides:
+        key, eq, value = item.partition("=")
+        if eq and key.lstrip("+~") == "tracking.uri":
+            quote_ = value[0] if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"" else ""
+            item = f"{key}={quote_}{withhold_uri(value.strip(quote_) if quote_ else value)}{quote_}"
+        out.append(item)
+    return out
+
+
+def reveal(uri: str) -> str:
+    """The URI MLflow's client connects with: the withheld password put back when the URI has none
+    (as userinfo when it names a user, else as PostgreSQL's and MySQL's `password` parameter)."""
+    password = os.environ.get(PASSWORD_ENV)
+    if not password or "://" not in uri or split_password(uri)[1] is not None:
+        return uri
+    parts = urlsplit(uri)
+    if parts.scheme.startswith(("sqlite", "file")):
+        return uri
+    if "@" in parts.netloc:
+        user, _, host = parts.netloc.rpartition("@")
+        return urlunsplit((parts.scheme, f"{user}:{quote(password, safe='')}@{host}", parts.path, parts.query, parts.fragment))
+    query = urlencode([*parse_qsl(parts.query, keep_blank_values=True), ("password", password)])
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
+
+
+# -- out: nothing printed or logged shows one ---------------------------------------------------
+
+
+class RedactingStream:
+    """A text stream whose writes pass through `redact` (everything else is the stream's own)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        return self._stream.write(redact(text) if isinstance(text, str) else text)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _redacting_factory(base):
+    def factory(*args, **kwargs):
+        record = base(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string is the logging module's to report
+            return record
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return record
+
+    factory.redacting = True
+    return factory
+
+
+def install() -> None:
+    """Redact this process's stdout, stderr and log records (idempotent)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, RedactingStream):
+            setattr(sys, name, RedactingStream(stream))
+    base = logging.getLogRecordFactory()
+    if not getattr(base, "redacting", False):
+        logging.setLogRecordFactory(_redacting_factory(base))
+
+
+def password_hint(uri: str) -> str:
+    """Where a store's password comes from, for an error about a URI that names a user but holds
+    no password (a resumed run's: fedbench never records one); '' for any other URI."""
+    parts = urlsplit(uri) if "://" in uri else None
+    if parts is None or not parts.username or os.environ.get(PASSWORD_ENV):
+        return ""
+    if parts.scheme.startswith("http"):
+        own = "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
+    elif parts.scheme.startswith("postgresql"):
+        own = "PGPASSWORD or ~/.pgpass"
+    else:
+        own = "the database driver's own setting"
+    return f" (fedbench records no password: give it in {PASSWORD_ENV}, or {own})"

@@ -1,0 +1,123 @@
+"""Reading files a user placed in data.root or fedbench downloaded: nothing in them may run.
+
+Every such file is read here or by a parser that cannot run code (IDX, text, CSV, JSON, images,
+svmlight). Three formats can: pickles (the CIFAR python batches), .npz archives (numpy unpickles
+object arrays unless told not to) and tar archives (members may point outside the folder).
+- `load_cifar_batch` unpickles with a closed list of the globals a CIFAR batch holds (numpy's
+  array and dtype rebuilders); any other global is refused before it is looked up, so a crafted
+  batch stops in one line and none of its code runs.
+- `load_npz` reads plain arrays only (allow_pickle=False) and turns a damaged file into one line.
+- `fetch_archive` downloads (checking the md5 when the source publishes one) and extracts with
+  Python's "data" filter (no absolute paths, no `..`, no links out, no devices). fedbench never
+  constructs torchvision's dataset classes to download: CIFAR's class unpickles what it fetched.
+"""
+
+from __future__ import annotations
+
+import codecs
+import pickle
+import tarfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from fedbench.core.errors import DataUnavailableError
+
+# The rebuilders numpy's pickles name, found from numpy itself (their module moved in numpy 2:
+# numpy.core -> numpy._core; the original CIFAR batches name the old one).
+_RECONSTRUCT = np.zeros(1).__reduce__()[0]
+_FROMBUFFER = np.zeros(1).__reduce_ex__(5)[0]
+_SCALAR = np.int64(0).__reduce__()[0]
+
+
+def _latin1_encode(text: str, encoding: str = "latin1") -> bytes:
+    """Python 3's protocol-2 pickles spell bytes as _codecs.encode(str, 'latin1'): that codec only."""
+    if codecs.lookup(encoding).name != "iso8859-1":
+        raise pickle.UnpicklingError(f"_codecs.encode with encoding {encoding!r}")
+    return text.encode("latin1")
+
+
+_CIFAR_GLOBALS = {
+    **{(m, "_reconstruct"): _RECONSTRUCT for m in ("numpy.core.multiarray", "numpy._core.multiarray")},
+    **{(m, "scalar"): _SCALAR for m in ("numpy.core.multiarray", "numpy._core.multiarray")},
+    **{(m, "_frombuffer"): _FROMBUFFER for m in ("numpy.core.numeric", "numpy._core.numeric")},
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): np.dtype,
+    ("_codecs", "encode"): _latin1_encode,
+}
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        try:
+            return _CIFAR_GLOBALS[(module, name)]
+        except KeyError:
+            raise pickle.UnpicklingError(
+                f"it references {module}.{name}, which a CIFAR batch never holds (refused unread: a pickle "
+                f"can run code)") from None
+
+
+def load_cifar_batch(path: Path) -> dict:
+    """A CIFAR python batch ({b'data': uint8 array, b'labels' | b'fine_labels': list, ...}),
+    unpickled with only dicts, bytes/str, lists, numbers and numpy arrays admitted."""
+    try:
+        with open(path, "rb") as f:
+            batch = _CifarUnpickler(f, encoding="bytes").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as exc:
+        raise DataUnavailableError(f"{path} is not a CIFAR python batch: {_one_line(exc)}") from None
+    if not isinstance(batch, dict):
+        raise DataUnavailableError(f"{path} is not a CIFAR python batch: it holds a {type(batch).__name__}, not a dict")
+    for key, value in batch.items():
+        if isinstance(value, np.ndarray) and value.dtype.hasobject:
+            raise DataUnavailableError(f"{path} is not a CIFAR python batch: {key!r} is an array of Python objects")
+    return batch
+
+
+def load_npz(path: Path, keys: tuple[str, ...]) -> tuple[np.ndarray, ...]:
+    """The arrays `keys` of an .npz archive, plain arrays only (never unpickled)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return tuple(z[k] for k in keys)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:
+        raise DataUnavailableError(f"{path} cannot be read as {', '.join(keys)} arrays ({_one_line(exc)}): "
+                                   f"delete it to rebuild it") from None
+
+
+def extract(archive: Path, folder: Path) -> None:
+    """Unpack a .zip or .tar[.gz|.bz2|.xz] into `folder`, refusing members that would land outside
+    it (absolute paths, `..`, links out, devices)."""
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as z:
+            z.extractall(folder)  # zipfile drops absolute prefixes and `..` from member names
+        return
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(folder, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise DataUnavailableError(f"cannot unpack {archive}: {_one_line(exc)}") from None
+
+
+def fetch_archive(url: str, folder: Path, name: str, hint: str, md5: str | None = None,
+                  unpack: bool = True) -> Path:
+    """Download `url` into `folder` (md5 checked when given) and, when `unpack`, extract it there
+    (and any archive it holds, as UCI HAR's does). The file's path."""
+    from torchvision.datasets.utils import download_url
+
+    folder = Path(folder)
+    target = folder / url.rsplit("/", 1)[-1]
+    try:
+        download_url(url, str(folder), filename=target.name, md5=md5)
+    except Exception as exc:  # network errors come in many types
+        raise DataUnavailableError(f"could not download {name} ({exc.__class__.__name__}: {_one_line(exc)}). {hint}") from None
+    if unpack:
+        extract(target, folder)
+        if target.suffix == ".zip":
+            for inner in sorted(folder.glob("*.zip")):
+                if inner != target:
+                    extract(inner, folder)
+    return target
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or exc.__class__.__name__

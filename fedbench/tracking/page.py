@@ -1,0 +1,111 @@
+"""One self-contained HTML results page (`fedbench report --format html`, `fedbench reproduce`): opens from
+disk with no server and no network. Its CSS and the few lines of JS that sort a table by a clicked header
+are inline, figures are embedded as base64 PNG; tables are pandas Stylers, the page a jinja2 template
+(templates/results.html.j2)."""
+
+from __future__ import annotations
+
+import base64
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+@dataclass
+class Section:
+    """A part of the page: a heading, paragraphs, tables (caption, DataFrame: sortable), figures (caption,
+    PNG bytes) and claims (text, held, the numbers it was judged on)."""
+
+    heading: str
+    paragraphs: list[str] = field(default_factory=list)
+    tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
+    figures: list[tuple[str, bytes]] = field(default_factory=list)
+    claims: list[tuple[str, bool, str]] = field(default_factory=list)
+    not_held: str = "does not hold"  # below a paper's scale: "does not hold at this scale"
+
+
+def table_html(table: pd.DataFrame) -> str:
+    """A table as HTML (pandas Styler, cells escaped), marked sortable for the page's script."""
+    show = table.astype(str) if not table.empty else table
+    styler = show.style.hide(axis="index").format(escape="html").format_index(escape="html", axis=1)
+    return styler.to_html(table_attributes='class="sortable"')
+
+
+def figure_src(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def provenance(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """What made the page: fedbench's version, the source commit where there is one, the date."""
+    from fedbench.tracking.recorder import git_commit, package_version
+
+    return {"fedbench version": package_version(), "git commit": git_commit(),
+            "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **(extra or {})}
+
+
+def render(title: str, sections: list[Section], settings: dict[str, str] | None = None,
+           provenance_rows: dict[str, str] | None = None) -> str:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=jinja2.select_autoescape(["j2"]))
+    env.filters["table_html"] = lambda t: jinja2.utils.markupsafe.Markup(table_html(t))
+    env.filters["figure_src"] = figure_src
+    return env.get_template("results.html.j2").render(
+        title=title, sections=sections, settings=settings or {}, provenance=provenance_rows or provenance())
+
+
+def write_page(path: Path, title: str, sections: list[Section], settings: dict[str, str] | None = None,
+               provenance_rows: dict[str, str] | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(title, sections, settings, provenance_rows), encoding="utf-8")
+    return path
+
+
+def shared_settings(frame: pd.DataFrame) -> dict[str, str]:
+    """The params every run of the frame shares (one value, recorded by all), placement aside."""
+    from fedbench.tracking.report import PLACEMENT
+
+    cols = [c for c in frame if c.startswith("param:") and not c[6:].startswith(PLACEMENT)]
+    return {c[6:]: str(frame[c].iloc[0]) for c in sorted(cols) if frame[c].notna().all() and frame[c].nunique() == 1}
+
+
+def report_page(path: Path, frame: pd.DataFrame, table: pd.DataFrame, settings: list[str], experiment: str,
+                filter_string: str, uri: str | None, command: str) -> Path:
+    """`fedbench report --format html`: the table, the test-accuracy curves (mean ± std over seeds per
+    method and setting), the runs with their config hashes, the shared settings and the provenance.
+    `frame`: the runs, labelled (report.labelled)."""
+    import pandas as pd
+
+    from fedbench.tracking.plots import comparison_figure, figure_png
+    from fedbench.tracking.report import metric_curves, shared_heading
+    from fedbench.tracking.store import resolve_tracking_uri
+
+    heading = shared_heading(frame)
+    intro = [f"{len(frame)} FINISHED runs of experiment {experiment!r}" + (f" matching {filter_string!r}" if filter_string
+             else "") + ". One row per method and setting; mean ± sample standard deviation over seeds.",
+             "Settings (the keys that vary across these runs): " + (", ".join(settings) or "none") + "."]
+    figures = []
+    curves = metric_curves(frame, uri, "test_accuracy")
+    if not curves.empty:
+        figures.append(("Test accuracy per round: mean over seeds, band ± one sample standard deviation.",
+                        figure_png(comparison_figure(curves, "test_accuracy", "round", heading))))
+    runs = pd.DataFrame({
+        "method": frame["algorithm"], "setting": frame["setting"], "seed": frame.get("param:seed"),
+        "final accuracy": frame["final_accuracy"].map(lambda v: "" if pd.isna(v) else f"{v:.4f}"),
+        "config hash": frame.get("tag:config_hash"), "MLflow run": frame["run_id"],
+    }).sort_values(["method", "setting", "seed"])
+    sections = [Section("Results", intro, [("", table)], figures),
+                Section("Runs", [f"Each run's config hash (the resolved config, placement aside) and its MLflow run "
+                                 f"in {resolve_tracking_uri(uri)}."], [("", runs)])]
+    commits = sorted(set(frame.get("tag:git_commit", pd.Series(dtype=str)).dropna()))
+    versions = sorted(set(frame.get("tag:fedbench_version", pd.Series(dtype=str)).dropna()))
+    rows = provenance({"command": command, "runs recorded by fedbench": ", ".join(versions) or "unknown",
+                       "runs recorded at commit": ", ".join(commits) or "unknown"})
+    return write_page(path, f"fedbench report: {experiment}" + (f" ({heading})" if heading else ""), sections,
+                      shared_settings(frame), rows)

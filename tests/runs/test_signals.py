@@ -1,0 +1,118 @@
+"""SIGTERM (what SLURM, `timeout`, systemd and Kubernetes send) ends a run as Ctrl-C does: a
+checkpoint after the current round, the MLflow run KILLED with its reason, the resume command,
+exit 143 (128 + 15); in a single run, a basic sweep and a batched grid. An interrupt before the
+first checkpoint says that nothing was checkpointed (issue 32, items 11 and 13)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from fedbench.runs.interrupts import GracefulInterrupt, Interrupted
+from tests.faultkit import SMALL, error_lines, fedbench, runs, start
+from tests.runs.test_faults import run_job_in
+from tests.runs.test_resume import checkpoint_round, interrupt_after
+
+
+def wait_for_run(db: Path, proc, deadline: float = 240) -> None:
+    """Until the MLflow store holds a RUNNING run (the record started; training may not have)."""
+    t0 = time.monotonic()
+    while True:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() - t0 < deadline, "no run started in time"
+        if db.exists():  # read without MLflow, whose client would migrate a store the run is creating
+            try:
+                with contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)) as con:
+                    if con.execute("SELECT count(*) FROM runs WHERE status = 'RUNNING'").fetchone()[0]:
+                        return
+            except sqlite3.Error:  # the store is being created
+                pass
+        time.sleep(0.05)
+
+
+def test_a_second_signal_stops_at_once():
+    with GracefulInterrupt(quiet=True) as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.requested and stop.signum == signal.SIGTERM
+        with pytest.raises(Interrupted) as info:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+    assert info.value.signum == signal.SIGTERM  # the run ends as the first signal asked
+    assert signal.getsignal(signal.SIGTERM) != stop._handler
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_marks_killed_and_resumes(tmp_path):
+    db, run_dir, ckpt = tmp_path / "m.db", tmp_path / "run", tmp_path / "run" / "checkpoint.pt"
+    args = [*SMALL, "rounds=300", "tracking.checkpoint_every=2", f"tracking.uri=sqlite:///{db}", f"hydra.run.dir={run_dir}"]
+    proc = start("run", *args, cwd=tmp_path)
+    interrupt_after(proc, ckpt, 2, signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr[-3000:]
+    [line] = error_lines(stderr)
+    assert "SIGTERM" in line and f"continue with: fedbench resume {run_dir}" in line
+    _, [killed] = runs(db)
+    assert killed.info.status == "KILLED" and "interrupted (SIGTERM)" in killed.data.tags["failure_reason"]
+    assert checkpoint_round(ckpt) == int(killed.data.tags["failure_round"]) < 300
+    out = fedbench("resume", str(run_dir), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    _, [done] = runs(db)
+    assert done.info.run_id == killed.info.run_id and done.info.status == "FINISHED"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["basic", "batched"])
+def test_sigterm_ends_a_grid_with_its_jobs_checkpointed_and_killed(tmp_path, launcher):
+    db, sweep = tmp_path / "m.db", tmp_path / "sweep"
+    proc = start("run", "-m", f"hydra/launcher={launcher}", "seed=0,1", *SMALL, "rounds=5000",
+                 "tracking.checkpoint_every=0", f"tracking.uri=sqlite:///{db}", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    wait_for_run(db, proc)
+    time.sleep(1)  # into the training
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr[-3000:]
+    assert "fedbench resume" in error_lines(stderr)[0]
+    _, record = runs(db)
+    assert record and all(r.info.status == "KILLED" for r in record)
+    for r in record:
+        assert "interrupted (SIGTERM)" in r.data.tags["failure_reason"]
+        assert checkpoint_round(Path(r.data.tags["run_dir"]) / "checkpoint.pt") == int(r.data.tags["failure_round"])
+
+
+@pytest.mark.slow
+def test_sigterm_during_start_up_promises_no_checkpoint(tmp_path):
+    proc = start("run", *SMALL, "rounds=5", f"tracking.uri=sqlite:///{tmp_path}/m.db", f"hydra.run.dir={tmp_path}/run",
+                 cwd=tmp_path)
+    time.sleep(1.5)  # importing torch, composing, building the data
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr[-3000:]
+    [line] = error_lines(stderr)
+    assert "nothing was checkpointed" in line and "fedbench resume" not in line and "Traceback" not in stderr
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def test_an_interrupt_after_the_record_started_but_before_round_1_marks_it_killed(tmp_path, monkeypatch):
+    from fedbench.runs.single import Job
+
+    opened = Job.open
+
+    def open_then_signal(self, *args, **kwargs):
+        done = opened(self, *args, **kwargs)
+        raise Interrupted(signal.SIGTERM)  # the signal arrives right after the MLflow run was created
+
+    monkeypatch.setattr(Job, "open", open_then_signal)
+    with pytest.raises(KeyboardInterrupt):
+        run_job_in(tmp_path, *SMALL, "rounds=3")
+    [run] = runs(tmp_path / "m.db")[1]
+    assert run.info.status == "KILLED"
+    assert "nothing was checkpointed" in run.data.tags["failure_reason"]
+    assert "fedbench resume" not in run.data.tags["failure_reason"]
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()

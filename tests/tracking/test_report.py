@@ -1,0 +1,194 @@
+"""`fedbench report` and `fedbench plot` on a grid over algorithms and seeds (issue 33): the setting is
+what varies across the compared runs (never an algorithm's own keys, never a data set's constants), so
+the speed-up column fills; numbers for CSV, booktabs for LaTeX; bad options are one line before any work;
+figures keep their legend inside the file with no layout warning."""
+
+from __future__ import annotations
+
+import warnings
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from fedbench.core.errors import ConfigError
+
+ROUNDS = 6
+
+
+def history(speed: float, seed: int) -> list[tuple[int, float]]:
+    return [(r, min(0.95, speed * r + seed / 100)) for r in range(1, ROUNDS + 1)]
+
+
+def grid_rows() -> list[dict]:
+    """fedavg and scaffold at seeds 0-2, as MLflow records them: scaffold alone has algorithm.option, and a
+    data set constant (dataset.mean) is recorded by some runs only."""
+    rows = []
+    for alg, speed in (("fedavg", 0.15), ("scaffold", 0.2)):
+        for seed in range(3):
+            params = {"algorithm.name": alg, "seed": str(seed), "rounds": str(ROUNDS), "dataset.name": "digits",
+                      "eta_l": "0.1", "tracking.uri": f"u{seed}"}
+            if alg == "scaffold":
+                params["algorithm.option"] = "II"
+                params["dataset.mean"] = "0.5"
+            rows.append({"params": params, "history": history(speed, seed)})
+    return rows
+
+
+def as_frame(rows: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame([{**{f"param:{k}": v for k, v in r["params"].items()}, "history": r["history"]} for r in rows])
+    frame["final_accuracy"] = frame["history"].map(lambda h: h[-1][1])
+    frame["best_accuracy"] = frame["history"].map(lambda h: max(a for _, a in h))
+    frame["final_loss"] = 1.0
+    return frame
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """An MLflow store holding grid_rows as FINISHED runs (written directly: no training)."""
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    tmp = tmp_path_factory.mktemp("store")
+    uri = f"sqlite:///{tmp}/m.db"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("fedbench")
+    for i, row in enumerate(grid_rows()):
+        run = client.create_run(exp, tags={"config_hash": f"hash{i}", "git_commit": "abc"})
+        rid = run.info.run_id
+        metrics = [Metric(k, v, 0, r) for r, a in row["history"] for k, v in (("test_accuracy", a), ("floats_up", 100.0 * r))]
+        client.log_batch(rid, metrics=metrics, params=[Param(k, v) for k, v in row["params"].items()])
+        client.set_terminated(rid)
+    return uri, tmp
+
+
+def cli(*args: str):
+    from fedbench.cli.app import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def test_the_grid_over_algorithms_fills_the_speed_up_column():
+    from fedbench.tracking.report import build_table
+
+    table = build_table(as_frame(grid_rows()), None, 0.8, "fedavg", None).set_index("algorithm")
+    assert list(table["setting"]) == ["", ""]  # algorithm.option and dataset.mean are not settings
+    rounds = {alg: [next(r for r, a in history(speed, s) if a >= 0.8) for s in range(3)]
+              for alg, speed in (("fedavg", 0.15), ("scaffold", 0.2))}
+    mean = {alg: sum(v) / 3 for alg, v in rounds.items()}
+    assert table.loc["scaffold", "speed-up vs fedavg"] == f"{mean['fedavg'] / mean['scaffold']:.2f}x"
+    assert table.loc["fedavg", "speed-up vs fedavg"] == "1.00x"
+
+
+def test_a_methods_own_keys_that_vary_label_its_variants_and_settings_are_shared():
+    from fedbench.tracking.report import build_table
+
+    rows = grid_rows()
+    for row in rows:
+        row["params"]["partition.alpha"] = "0.1" if row["params"]["seed"] == "0" else "1.0"
+        if row["params"]["algorithm.name"] == "scaffold" and row["params"]["seed"] != "0":
+            row["params"]["algorithm.option"] = "I"
+    table = build_table(as_frame(rows), None, None, None, None)
+    assert sorted(zip(table["algorithm"], table["setting"])) == [
+        ("fedavg", "partition.alpha=0.1"), ("fedavg", "partition.alpha=1.0"),
+        ("scaffold (option=I)", "partition.alpha=1.0"), ("scaffold (option=II)", "partition.alpha=0.1")]
+
+
+def test_an_unreached_target_shows_each_runs_own_rounds():
+    from fedbench.tracking.report import build_table
+
+    rows = grid_rows()[:2]
+    rows[1]["params"]["rounds"] = "40"
+    rows[1]["history"] = [(r, 0.1) for r in range(1, 41)]
+    rows[0]["history"] = [(r, 0.1) for r in range(1, ROUNDS + 1)]
+    table = build_table(as_frame(rows), ["seed"], 0.8, None, None)
+    assert set(table["rounds_to_0.8"]) == {f">{ROUNDS} (0/1)", ">40 (0/1)"}
+
+
+def test_a_setting_that_leaves_out_a_varying_key_is_refused_not_pooled():
+    from fedbench.tracking.report import build_table
+
+    rows = grid_rows()
+    for row in rows:
+        row["params"]["eta_l"] = "0.1" if row["params"]["seed"] == "0" else "0.3"
+    with pytest.raises(ConfigError, match=r"would pool runs that differ in eta_l .* add --setting eta_l"):
+        build_table(as_frame(rows), ["dataset.name"], None, None, None)
+
+
+def test_csv_is_numbers_and_latex_is_booktabs(store):
+    uri, tmp = store
+    out = cli("report", "--uri", uri, "--target", "0.8", "--baseline", "fedavg", "--format", "csv")
+    assert out.exit_code == 0, out.output
+    import io
+
+    table = pd.read_csv(io.StringIO(out.stdout)).set_index("algorithm")
+    for col in ("final_accuracy_mean", "final_accuracy_std", "rounds_to_0.8_mean", "rounds_to_0.8_std",
+                "speedup_vs_fedavg"):
+        assert pd.api.types.is_float_dtype(table[col]), col
+    assert list(table["n"]) == [3, 3] and list(table["rounds_to_0.8_reached"]) == [3, 3]
+    finals = [history(0.2, s)[-1][1] for s in range(3)]
+    assert table.loc["scaffold", "final_accuracy_mean"] == pytest.approx(sum(finals) / 3)
+    assert table.loc["scaffold", "final_accuracy_std"] == pytest.approx(pd.Series(finals).std(ddof=1))
+    latex = cli("report", "--uri", uri, "--target", "0.8", "--format", "latex", "--output", str(tmp / "new" / "t.tex"))
+    assert latex.exit_code == 0, latex.output
+    text = (tmp / "new" / "t.tex").read_text()
+    assert "\\toprule" in text and "\\midrule" in text and "\\bottomrule" in text
+    assert "final\\_accuracy" in text and "$\\pm$" in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["report", "--setting", "nope"], "Unknown --setting 'nope': no run records it"),
+    (["report", "--baseline", "fedavg"], "--baseline fedavg is the speed-up in rounds to a target: give --target too"),
+    (["report", "--target", "0.8", "--baseline", "fedav"], "Available: fedavg, scaffold. Did you mean 'fedavg'?"),
+    (["plot", "--setting", "nope"], "Unknown --setting 'nope': no run records it"),
+])
+def test_bad_options_are_one_line(store, args, message):
+    uri, tmp = store
+    out = cli(*args, "--uri", uri)
+    assert isinstance(out.exception, ConfigError) and message in str(out.exception), out.output
+
+
+def test_plot_creates_its_folder_keeps_the_legend_in_the_figure_and_warns_nothing(store):
+    uri, tmp = store
+    stem = tmp / "figs" / "deeper" / "acc"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # matplotlib's "Tight layout not applied" among them
+        out = cli("plot", "--uri", uri, "--x", "floats_up", "--output", str(stem))
+    assert out.exit_code == 0, out.output
+    assert stem.with_suffix(".png").read_bytes()[:4] == b"\x89PNG" and stem.with_suffix(".pdf").is_file()
+
+
+def test_the_legend_sits_outside_the_axes_and_inside_the_figure():
+    from fedbench.tracking.plots import comparison_figure
+
+    long = "scaffold (option=II) partition.alpha=0.1 eta_l=0.03 local_steps=10 model.name=mlp_2nn"
+    curves = pd.DataFrame([{"label": lab, "seed": s, "round": r, "m": r / 10 + s / 100}
+                           for lab in ("fedavg", long, "fedprox (mu=0.01)", "fedprox (mu=0.1)") for s in (0, 1)
+                           for r in range(1, 8)])
+    fig = comparison_figure(curves, "m", "round", "title")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    [legend] = fig.legends
+    box, axes, whole = legend.get_window_extent(renderer), fig.axes[0].get_window_extent(renderer), fig.bbox
+    assert box.y1 <= axes.y0 and not box.overlaps(axes)
+    assert whole.x0 <= box.x0 and box.x1 <= whole.x1 and whole.y0 <= box.y0
+
+
+def test_the_reproduction_figure_labels_close_targets_without_overlap():
+    from fedbench.reproduce.compare import RunResult
+    from fedbench.reproduce.plots import Marks, draw_figure
+
+    runs = [RunResult(m, "g", s, 5, pd.DataFrame({"round": range(1, 6), "test_accuracy": [0.5, 0.7, 0.8, 0.82, 0.85]}))
+            for m in ("fedavg", "scaffold") for s in (0, 1)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        fig = draw_figure(runs, ("test_accuracy",), "t", marks=Marks(targets=(("test_accuracy", 0.8, ()),
+                                                                           ("test_accuracy", 0.81, ()))))
+        fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    texts = [t for ax in fig.axes for t in ax.texts if t.get_text()]
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    assert any("0.8" in t.get_text() and "0.81" in t.get_text() for t in texts)
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    [legend] = fig.legends
+    assert not any(legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer)) for ax in fig.axes)
