@@ -1,7 +1,7 @@
 """Engine speed, side by side in one run on the same workload:
 
   engine   fedbench's round (cohort sampling, minibatch streams, local SGD, aggregation),
-           with executor=vmap, executor=stacked (fully connected models) and executor=loop
+           with executor=vmap, executor=stacked (Sequential models: linear, conv, pool layers) and executor=loop
            (`auto`'s choice marked *)
   seq      a sequential per-client PyTorch loop as research code writes it (one nn.Module reused
            in place, autograd, torch.optim.SGD), same minibatches

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedbench.core.errors import ConfigError
-from fedbench.engine.gradients import make_grad_fn
+from fedbench.engine.gradients import auto_executor, make_grad_fn
 from fedbench.models import build_model
 from fedbench.models.stacked import why_not_stacked
 
@@ -145,6 +145,16 @@ def test_stacked_gradient_equals_vmap_on_cuda(name, shape, classes, task, kwargs
     assert G1.is_cuda and (G1.abs().sum(1) > 0).all()
     torch.testing.assert_close(G1, G2, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(l1, l2, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name,shape,device,executor", [
+    ("cnn", (1, 28, 28), "cuda", "stacked"), ("lenet", (3, 32, 32), "cuda", "stacked"),  # grouped cuDNN convolutions
+    ("resnet18_gn", (3, 32, 32), "cuda", "vmap"), ("mlp_2nn", (40,), "cuda", "vmap"),
+    ("cnn", (1, 28, 28), "cpu", "loop"), ("resnet18_gn", (3, 32, 32), "cpu", "loop"), ("mlp_2nn", (40,), "cpu", "stacked"),
+])
+def test_auto_picks_the_executor_measured_fastest(name, shape, device, executor):
+    flat = build_model(name, shape, 10)
+    assert auto_executor(name, flat.module, torch.device(device)) == executor
 
 
 def test_fedadmm_switches():
