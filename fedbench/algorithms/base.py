@@ -14,6 +14,11 @@ Two-phase rounds (`two_phase = True`, Mime) add `prepare(down, client, work)` (a
 every client of the cohort) and `rebroadcast(server, down, prepared, cohort)` (the second
 broadcast) between `broadcast` and `client_update`.
 
+Chained rounds (`chains_clients()` true; FedADMM as its authors released it) train the cohort's
+clients one after another in cohort order: after each client, `relay(down, up)` turns the broadcast
+it trained from and its upload into the next client's broadcast and what the server keeps of the
+upload. Lanes of a batched grid still train side by side (client k of every lane in one chunk).
+
 `client_update` is vectorised over a chunk of the cohort: every tensor it receives or returns
 has the chunk's clients on dim 0, and it must treat clients independently (the engine may split
 the cohort into chunks of any size). `work` (core.types.ClientWork, implemented by the
@@ -80,6 +85,15 @@ class Algorithm:
         """Two-phase rounds only: the second broadcast, built from the prepared uploads [S, ...].
         It holds everything the clients receive (the first broadcast's entries included), and
         floats down are counted on it alone."""
+        raise NotImplementedError
+
+    def chains_clients(self) -> bool:
+        """Whether a round's clients train one after another, each from the previous one's result (relay)."""
+        return False
+
+    def relay(self, down: State, up: State) -> tuple[State, State]:
+        """Chained rounds only: (the next client's broadcast, the upload the server receives) from the broadcast
+        `down` one client trained from and its upload `up` ([1, ...] rows)."""
         raise NotImplementedError
 
     def client_update(self, down: State, client: State, work: ClientWork) -> tuple[State, State]:

@@ -5,7 +5,11 @@ Adaptivity to System Heterogeneity", ICDE 2022 (arXiv:2204.03529), Alg. 1 and th
 Each client keeps a dual y_i (and, with local_init=local, its model w_i); local SGD (with the
 run's shared local_momentum, 0.5 in the official code) on the augmented Lagrangian L_i(w) = f_i(w) + <y_i, w - theta> + rho/2 ||w - theta||^2
 for E_i ~ U{1..E} epochs (system heterogeneity); dual ascent; one d-vector up (eq. 4); server
-theta += eta * mean of the messages (eq. 5).
+theta += eta * mean of the messages (eq. 5). The clients of a round train in parallel from theta
+(Alg. 1 "in parallel"; the first official code, commit 3d1dca8). `chained=true` is the version its
+authors released later (commit d9c043c, fedadmm.md §2.2): one model trained by the round's clients one
+after another in cohort order, each message (w_k - w_{k-1}) + (w_k - theta); 2d floats down per client
+(theta and the model it starts from).
 
 `fedadmm_lowrank`: the consensus ADMM for min sum_i f_i(X_i) + lambda ||Z||_*, X_i = Z, that the
 LoSAC paper compares against (Chen et al., TKDD 2023, arXiv:2112.07839, Appendix E, Alg. 3;
@@ -60,6 +64,9 @@ class FedADMM(Algorithm):
     server_step: str = "eta"  # eta: theta += eta_g * mean | participation: eta = S/N (Theorem 1)
     rho_schedule: list | None = None  # [R, rho2]: rho2 from round R on (Fig. 9; A16: y_i keeps what it has)
     eta_schedule: list | None = None  # [R, eta2]: server step eta2 from round R on (Fig. 6; official code [60, 0.5])
+    # as released (fedadmm.md §2.2, commit d9c043c): the round's clients train one after another, client k from
+    # client k-1's result (the first from theta); prox and dual terms keep theta; message (w_k - w_{k-1}) + (w_k - theta)
+    chained: bool = False
 
     def validate(self) -> None:
         check(self.rho >= 0, f"algorithm.rho must be >= 0, got {self.rho}")
@@ -72,6 +79,9 @@ class FedADMM(Algorithm):
             raise unknown_choice("algorithm.local_init", self.local_init, LOCAL_INITS)
         if self.server_step not in SERVER_STEPS:
             raise unknown_choice("algorithm.server_step", self.server_step, SERVER_STEPS)
+        if self.chained and self.local_init == "local":
+            raise ConfigError("algorithm.chained=true starts each client from the previous client's result, "
+                              "algorithm.local_init=local from the client's own w_i: use local_init=global with chained=true")
 
     def validate_schedule(self, local_steps: int | None, local_epochs: int | None) -> None:
         check_hetero_schedule(self.hetero_epochs, local_steps, local_epochs)
@@ -95,7 +105,10 @@ class FedADMM(Algorithm):
     def client_update(self, down: State, client: State, work) -> tuple[State, State]:
         theta, y, rho = down["x"], client["y"], self.rho_at(work.round)  # A16: one rho for the whole round
         work = with_hetero_epochs(work, self.hetero_epochs)
-        w_start = client["w"] if self.local_init == "local" else theta.expand(work.num_clients, -1)
+        if self.chained:  # the previous client's result (relay), theta for the round's first
+            w_start = down.get("start", theta)
+        else:
+            w_start = client["w"] if self.local_init == "local" else theta.expand(work.num_clients, -1)
 
         def direction(t, W, G, batch):
             return G + y + rho * (W - theta)  # grad_w L_i (Alg. 1 line 17)
@@ -104,11 +117,18 @@ class FedADMM(Algorithm):
         new = dict(client)
         if self.local_init == "local":
             new["w"] = W
+        passed = {"w": W} if self.chained else {}  # the next client's start, taken off by relay
         if not self.dual_update:
-            return {"delta": W - w_start}, new
+            return {"delta": W - w_start, **passed}, new
         dual_delta = W - theta  # (y_new - y) / rho, exactly (eq. 4')
         new["y"] = y + rho * dual_delta  # line 20
-        return {"delta": (W - w_start) + dual_delta}, new  # eq. (4)
+        return {"delta": (W - w_start) + dual_delta, **passed}, new  # eq. (4)
+
+    def chains_clients(self) -> bool:
+        return self.chained
+
+    def relay(self, down: State, up: State) -> tuple[State, State]:
+        return {**down, "start": up["w"][0]}, {"delta": up["delta"]}
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:
         N, S = self.setting.num_clients, len(cohort.ids)

@@ -182,6 +182,9 @@ def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list
         classes.setdefault(mixing_key(fed) if len(feds) > 1 else (), []).append(k)
     chunks: list[list[tuple[int, int]]] = []  # (lane, position in its cohort) of each chunk's clients
     for members in classes.values():
+        if lanes[members[0]].fed.algorithm.chains_clients():  # one client of every lane at a time, in cohort order
+            chunks += [[(k, p) for k in members] for p in range(len(lanes[members[0]].ids))]
+            continue
         rows = [(k, p) for k in members for p in range(len(lanes[k].ids))]
         spread = work_spread(fed0.flat.dim) if fed0.group_by_work else math.inf
         chunks += [[rows[i] for i in group]
@@ -200,8 +203,10 @@ def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list
                 lane.down = lane.fed.algorithm.rebroadcast(lane.state.server, lane.down, first, lane.cohort)
     uploads: list[State] = []
     for chunk, work in zip(chunks, works):
-        up, new_client = lanes[chunk[0][0]].fed.algorithm.client_update(
-            _chunk_down(lanes, chunk), _chunk_state(lanes, chunk), work)
+        algo = lanes[chunk[0][0]].fed.algorithm
+        up, new_client = algo.client_update(_chunk_down(lanes, chunk), _chunk_state(lanes, chunk), work)
+        if algo.chains_clients():
+            up = _relay(lanes, chunk, up)
         for k in sorted({k for k, _ in chunk}):
             at = [j for j, (kk, _) in enumerate(chunk) if kk == k]
             sel = None if len(at) == len(chunk) else torch.tensor(at, device=fed0.device)
@@ -211,6 +216,16 @@ def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list
         uploads.append(up)
     ups = _by_lane(lanes, chunks, uploads)
     return [ClientRound(lane.cohort, lane.down, prepared[k], ups[k], lane.lr, lane.steps) for k, lane in enumerate(lanes)]
+
+
+def _relay(lanes: list[_Lane], chunk: list[tuple[int, int]], up: State) -> State:
+    """Chained rounds: each lane's next client trains from what this one produced (lane.down becomes the
+    relayed broadcast); returns the uploads the server keeps, rows in chunk order."""
+    kept = []
+    for j, (k, _) in enumerate(chunk):
+        lanes[k].down, row = lanes[k].fed.algorithm.relay(lanes[k].down, {key: v[j : j + 1] for key, v in up.items()})
+        kept.append(row)
+    return _concat(kept)
 
 
 @dataclass

@@ -33,6 +33,16 @@ METHODS = {
     "SCAFFOLD": ("algorithm=scaffold",),
 }
 BASELINES = ("FedAvg", "FedProx", "SCAFFOLD")
+# The authors' released FedADMM (YonghaiGong/FedADMM, commit d9c043c, the folder named after the paper:
+# FedADMM/src/federated_main.py, update.py; fedadmm.md §2.2) does not train a round's clients in parallel:
+# every user's entry of `model` is the one global_model object, which holds theta when the round starts,
+# and update_weights never reloads theta, so client k trains from client k-1's result; the message is
+# (w_k - w_prev) + (1/rho)(y_k_new - y_k_old), w_prev the model the client started from, while the proximal
+# and dual terms use theta and the duals stay per client. Its FedAvg (and, read the same way, FedProx and
+# SCAFFOLD) starts every client at theta: only FedADMM chains. Which version produced the paper's tables
+# is unknown; the fmnist scale runs both (algorithm.chained), the parallel one (Alg. 1) as FedADMM.
+AS_RELEASED = "FedADMM (as released)"
+CHAINED = ("algorithm=fedadmm", "algorithm.chained=true")
 
 
 def metric_of(group: str) -> str:
@@ -50,7 +60,6 @@ def table3_arms(columns, methods=METHODS) -> tuple[Arm, ...]:
     return tuple(arms)
 
 
-MIN_SPEEDUP = 7.6  # MNIST (100) non-IID: 250 / 33
 CI_FEDSGD_ROUNDS = 300
 LR_GRID = (0.01, 0.1, 0.2, 0.5)  # the paper tunes every method's lr over this grid (fedadmm.md A4)
 CI_GROUP = "FMNIST (1000) IID proxy"
@@ -75,8 +84,10 @@ FMNIST_SPEEDUP, FMNIST_REDUCTION = 130.0, 0.70  # the column's published 390 / 3
 
 
 def table3_fmnist_arms() -> tuple[Arm, ...]:
-    """The compared methods at FMNIST_ROUNDS; FedSGD, the reference, not tuned: the grid's top lr (its ci winner)."""
-    methods = {name: (*o, f"rounds={FMNIST_ROUNDS}") for name, o in METHODS.items() if name != "FedSGD"}
+    """The compared methods and FedADMM as released at FMNIST_ROUNDS; FedSGD, the reference, not tuned: the
+    grid's top lr (its ci winner)."""
+    compared = {**{name: o for name, o in METHODS.items() if name != "FedSGD"}, AS_RELEASED: CHAINED}
+    methods = {name: (*o, f"rounds={FMNIST_ROUNDS}") for name, o in compared.items()}
     fedsgd = ("algorithm=fedsgd", f"rounds={FMNIST_FEDSGD_ROUNDS}", f"eta_l={max(FMNIST_LR_GRID):g}")
     return table3_arms([("FMNIST", 1000, "IID")], {"FedSGD": fedsgd, **methods})
 
@@ -109,15 +120,17 @@ def check_table3(table, scale: str) -> list[Claim]:
                             "the printed figure's rounding: the table's own mean is 71.8%)",
                             bool(np.isfinite(mean) and mean >= 0.715),
                             f"mean {mean:.1%} ({', '.join(f'{g} {c:.1%}' for g, c in zip(groups, cuts))})"))
-    if scale == "fmnist":  # the column's own published speed-up and reduction
-        admm = value(table, "FedADMM", FMNIST_GROUP, "rounds_to_0.8")
-        claims.append(speedup_at_least(f"{FMNIST_GROUP}: FedADMM reaches 80% at least {FMNIST_SPEEDUP:g}x faster than FedSGD",
-                                       ("FedADMM", admm), ("FedSGD", value(table, "FedSGD", FMNIST_GROUP, "rounds_to_0.8")),
-                                       FMNIST_FEDSGD_ROUNDS, FMNIST_SPEEDUP))
-        claims.append(reduction_at_least(f"{FMNIST_GROUP}: FedADMM needs at least {FMNIST_REDUCTION:.0%} fewer rounds than "
-                                         "the best baseline", ("FedADMM", admm),
-                                         {b: value(table, b, FMNIST_GROUP, "rounds_to_0.8") for b in BASELINES},
-                                         FMNIST_ROUNDS, FMNIST_REDUCTION))
+    if scale == "fmnist":  # the column's own published speed-up and reduction, for FedADMM and for it as released
+        baselines = {b: value(table, b, FMNIST_GROUP, "rounds_to_0.8") for b in BASELINES}
+        fedsgd = ("FedSGD", value(table, "FedSGD", FMNIST_GROUP, "rounds_to_0.8"))
+        for name, how in (("FedADMM", "FedADMM"), (AS_RELEASED, "FedADMM as released (clients chained within a round)")):
+            admm = (name, value(table, name, FMNIST_GROUP, "rounds_to_0.8"))
+            if name == AS_RELEASED:
+                claims.append(first_to_target(f"{FMNIST_GROUP}: {how} needs the fewest rounds", admm, baselines, strict=True))
+            claims.append(speedup_at_least(f"{FMNIST_GROUP}: {how} reaches 80% at least {FMNIST_SPEEDUP:g}x faster than "
+                                           "FedSGD", admm, fedsgd, FMNIST_FEDSGD_ROUNDS, FMNIST_SPEEDUP))
+            claims.append(reduction_at_least(f"{FMNIST_GROUP}: {how} needs at least {FMNIST_REDUCTION:.0%} fewer rounds "
+                                             "than the best baseline", admm, baselines, FMNIST_ROUNDS, FMNIST_REDUCTION))
     return claims
 
 
@@ -177,7 +190,7 @@ register(Reproduction(
                          "other 7 columns not run"),
         "fmnist": Scale(table3_fmnist_arms(), (0,), "cpu", "~2 h on 2 CPU cores", ("fmnist",),
                         config="fedadmm/table3/fmnist",
-                        tune=Tune({m: candidates(axis("eta_l", FMNIST_LR_GRID)) for m in ("FedADMM", *BASELINES)},
+                        tune=Tune({m: candidates(axis("eta_l", FMNIST_LR_GRID)) for m in ("FedADMM", AS_RELEASED, *BASELINES)},
                                   fixed=("FedSGD",)),
                         note="the FMNIST (1,000) IID column at the paper's setting (CNN 1, 1,000 clients of 60 images, 100 "
                              "per round, E = 20 full-batch epochs, FedADMM and FedProx: E_i ~ U{1..20}, the same draws, momentum 0.5 for all), cut "
@@ -185,9 +198,15 @@ register(Reproduction(
                              "{0.1, 0.2, 0.5} (the paper's grid less 0.01, which reached 80% for no method at the ci "
                              "proxy); cut: FedProx's rho not tuned (the paper tunes it over 4 values; here it stays 0.1); runs stop at 80% (stop_at_targets) and at 40 rounds for "
                              "the compared methods (the paper's cap is 100); FedSGD, the speed-ups' reference, not tuned: "
-                             "lr 0.5 (the grid's top, its ci winner), up to 1,000 rounds; no non-IID column"),
+                             "lr 0.5 (the grid's top, its ci winner), up to 1,000 rounds; no non-IID column. FedADMM "
+                             "trains a round's clients in parallel (Alg. 1); 'FedADMM (as released)' is the authors' "
+                             "released code (commit d9c043c, fedadmm.md §2.2): the round's 100 clients train one after "
+                             "another on one model, each from the previous one's result (algorithm.chained=true), "
+                             "tuned over the same grid"),
     },
     check=check_table3,
+    notes="FedADMM as the paper's Alg. 1 (clients in parallel from theta); the authors' released code (d9c043c) "
+          "chains a round's clients on one model (see AS_RELEASED): the fmnist scale measures both",
 ))
 
 register(Reproduction(

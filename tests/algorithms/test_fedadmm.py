@@ -331,3 +331,66 @@ def test_bad_schedules_are_config_errors(override, match):
         build(*LSTSQ, "algorithm=fedadmm", override)
     with pytest.raises(ConfigError, match="server_step"):
         build(*LSTSQ, "algorithm=fedadmm", "algorithm.eta_schedule=[2,0.5]", "algorithm.server_step=participation")
+
+
+# -- as released (issue 36, fedadmm.md §2.2): the round's clients chained ----------------------------
+
+def _chained_by_hand(fed, rounds, rho, lr, momentum, E, eta):
+    """FedADMM as its authors released it (commit d9c043c), written out in numpy float64 on the clients'
+    least-squares losses f_i(w) = mean_j (<a_j, w> + b - y_j)^2, full local batches: one model walks through
+    the round's clients in cohort order (the first from theta); client k runs E_k epochs of SGD with momentum
+    (fresh buffer) on f_k + <y_k, w - theta> + rho/2 ||w - theta||^2, takes y_k += rho (w_k - theta) and sends
+    (w_k - w_prev) + (y_k_new - y_k_old) / rho, w_prev the model it started from; theta += eta * mean."""
+    import numpy as np
+
+    from tests.problems import client_data
+
+    data = [tuple(t.numpy() for t in client_data(fed, i)) for i in range(fed.clients.num_clients)]
+    theta, duals, ran = fed.x0.numpy().copy(), {}, []
+    for r in range(rounds):
+        ids = sample_cohort(fed.seed, r, fed.clients.num_clients, fed.clients_per_round).tolist()
+        epochs = (uniform(fed.seed, r, torch.tensor(ids), TAG_ALGO, 12) * E).floor().long() + 1  # FedADMM's E_i
+        w, messages = theta.copy(), []
+        for i, e in zip(ids, epochs.tolist()):
+            ran.append(e)
+            A, b = data[i]
+            w_prev, y_old, buf = w.copy(), duals.get(i, np.zeros_like(theta)), None
+            for _ in range(e):
+                g = 2.0 * A.T @ (A @ w - b) / len(b) + y_old + rho * (w - theta)
+                buf = g if buf is None else momentum * buf + g
+                w = w - lr * buf
+            duals[i] = y_old + rho * (w - theta)
+            messages.append((w - w_prev) + (duals[i] - y_old) / rho)
+        theta = theta + eta * np.mean(messages, axis=0)
+    return torch.from_numpy(theta), ran
+
+
+CHAINED = [*LEAST_SQUARES, "num_clients=3", "dataset.num_users=3", "clients_per_round=3", "batch_size=0", "local_epochs=4", "eta_l=0.02",
+           "algorithm=fedadmm", "algorithm.rho=0.3", "local_momentum=0.5", "eta_g=0.8"]
+
+
+def test_chained_fedadmm_is_the_released_code_round_by_round():
+    fed = build(*CHAINED, "algorithm.chained=true")
+    x = advance(fed, initial_state(fed), 2).server["x"]
+    theta, ran = _chained_by_hand(fed, 2, rho=0.3, lr=0.02, momentum=0.5, E=4, eta=0.8)
+    assert torch.allclose(x, theta, rtol=0, atol=1e-12)
+    assert len(set(ran)) > 1  # unequal E_i
+    parallel = final_x(*CHAINED, rounds=2)  # the default trains every client from theta
+    assert float((parallel - x).norm()) > 1e-3 * float(x.norm())
+
+
+def test_chained_fedadmm_trains_alike_as_lanes_of_a_grid_and_counts_its_floats():
+    """Two step sizes trained as lanes of one program (the batched launcher) give what each gives alone;
+    a client receives theta and the model it starts from (2d), uploads one message (d)."""
+    from fedbench.engine.loop import run_lanes
+
+    feds = [build(*CHAINED, "algorithm.chained=true", "num_clients=8", "dataset.num_users=8", f"eta_l={lr}", "rounds=3") for lr in (0.02, 0.05)]
+    states = [initial_state(f) for f in feds]
+    run_lanes(feds, states, None, lambda k, st, exc: pytest.fail(str(exc)))
+    for lr, state in zip((0.02, 0.05), states):
+        alone = final_x(*CHAINED, "algorithm.chained=true", "num_clients=8", "dataset.num_users=8", f"eta_l={lr}", rounds=3)
+        assert torch.allclose(state.server["x"], alone, rtol=0, atol=1e-12)
+    fed = build(*CHAINED, "algorithm.chained=true")
+    assert run_round(fed, initial_state(fed)) == (3 * 2 * fed.flat.dim, 3 * fed.flat.dim)
+    with pytest.raises(ConfigError, match="chained"):
+        build(*CHAINED, "algorithm.chained=true", "algorithm.local_init=local")
