@@ -60,7 +60,6 @@ def table3_arms(columns, methods=METHODS) -> tuple[Arm, ...]:
     return tuple(arms)
 
 
-MIN_SPEEDUP = 7.6  # MNIST (100) non-IID: 250 / 33
 CI_FEDSGD_ROUNDS = 300
 LR_GRID = (0.01, 0.1, 0.2, 0.5)  # the paper tunes every method's lr over this grid (fedadmm.md A4)
 CI_GROUP = "FMNIST (1000) IID proxy"
