@@ -150,7 +150,7 @@ def run_composed(cfg, job: list[str], run_dir: Path, progress: bool = False, lab
     from fedbench.core.secrets import withhold
 
     job = withhold(list(job))  # what .hydra/ and the tag record: never a store's password
-    with owned([(run_dir, job)], sweep):
+    with owned([(run_dir, job, sweep or bool(cfg.get("resume")))]):
         summary = run_job(cfg, run_dir, quiet=not progress, tags={"overrides": " ".join(job)[:5000]}, sweep=sweep,
                           label=label)
     history = summary.pop("history", None)
@@ -180,7 +180,7 @@ def run_batched(jobs: list[tuple[Any, list[str], Path, str]], progress: bool = F
              for cfg, overrides, run_dir, label in jobs]
     out: list[RunResult | Exception] = [None] * len(jobs)  # type: ignore[list-item]
     for members in split_groups(specs, 0):
-        with owned([(jobs[i][2], jobs[i][1]) for i in members], sweep):
+        with owned([(jobs[i][2], jobs[i][1], sweep or bool(jobs[i][0].get("resume"))) for i in members]):
             results = run_group([specs[i] for i in members], quiet=not progress, sweep=sweep)
         for i, result in zip(members, results):
             if isinstance(result, BaseException):
@@ -194,9 +194,10 @@ def run_batched(jobs: list[tuple[Any, list[str], Path, str]], progress: bool = F
 
 
 @contextmanager
-def owned(folders: list[tuple[Path, list[str]]], sweep: bool):
+def owned(folders: list[tuple[Path, list[str], bool]]):
     """Own each run folder (core.ownership), then save its overrides in .hydra/overrides.yaml as `fedbench run`
-    does, so that `fedbench resume` continues the run; the folders are released when the runs end."""
+    does, so that `fedbench resume` continues the run; the folders are released when the runs end. The flag
+    of a folder: its run may continue a checkpoint there (resume=true, or a sweep's skip-finished)."""
     from omegaconf import OmegaConf
 
     from fedbench.core.ownership import claim, discard_made, refuse_overwrite, release
@@ -204,17 +205,17 @@ def owned(folders: list[tuple[Path, list[str]]], sweep: bool):
 
     taken = []
     try:
-        for run_dir, _ in folders:
+        for run_dir, _, continues in folders:
             claim(run_dir)
             taken.append(run_dir)
-            if not sweep:  # a sweep's folder with a checkpoint continues its run (tracking.skip_finished)
+            if not continues:
                 refuse_overwrite(run_dir)
     except BaseException:  # refused before any write: what the claims made goes again
         for run_dir in taken:
             discard_made(run_dir)
         raise
     try:
-        for run_dir, job in folders:
+        for run_dir, job, _ in folders:
             check_writable(run_dir / ".hydra")
             OmegaConf.save(OmegaConf.create(list(job)), run_dir / ".hydra" / "overrides.yaml")
         yield
