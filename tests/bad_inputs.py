@@ -111,6 +111,11 @@ CASES: list[tuple[str, str]] = [
     # sweeps: a bad value in any job stops the grid before the first job
     ("-m eta_l=0.1,0.05,-1", "eta_l must be a finite number > 0, got -1"),
     ("-m algorithm=fedavg,fedsdg", "Did you mean 'fedsgd'?"),
+    # issue 36 (fedadmm)
+    ("algorithm=fedprox algorithm.hetero_epochs=true local_steps=5 local_epochs=null",
+     "algorithm.hetero_epochs=true draws E_i from {1..local_epochs}, but local_epochs=null"),
+    ("algorithm=fedadmm algorithm.chained=true algorithm.local_init=local",
+     "algorithm.chained=true starts each client from the previous client's result"),
 ]
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from fedbench.config.renames import before_shared_extras
+from fedbench.config.renames import before_later_switches, before_shared_extras
 from fedbench.config.validate import written_out
 from fedbench.runs.build import build_federation
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
@@ -33,6 +33,7 @@ def config_hash(cfg: DictConfig) -> str:
     if container.get("partition", {}).get("seed") == container.get("seed"):  # the split before partition.seed
         container["partition"].pop("seed")  # existed: checkpoints of earlier versions keep their hash
     before_shared_extras(container)  # likewise the local-step extras before they were shared
+    before_later_switches(container)  # and FedADMM's chained, FedProx's hetero_epochs off
     if not container.get("stop_at_targets", True):  # off: the hash of runs from before the option
         container.pop("stop_at_targets")
     return hashlib.sha256(OmegaConf.to_yaml(OmegaConf.create(container)).encode()).hexdigest()[:16]
