@@ -142,6 +142,11 @@ CASES: list[tuple[str, str]] = [
     ("data.binary_classes=[0,1,2,3,4,5,6,7,8,9]", "names every class, a task with one label"),
     ("tracking.experiment=" + "e" * 300, "tracking.experiment must be at most 256 characters"),
     ("tracking.run_name=" + "r" * 300, "tracking.run_name must be at most 250 characters"),
+    # issue 36 (fedadmm)
+    ("algorithm=fedprox algorithm.hetero_epochs=true local_steps=5 local_epochs=null",
+     "algorithm.hetero_epochs=true draws E_i from {1..local_epochs}, but local_epochs=null"),
+    ("algorithm=fedadmm algorithm.chained=true algorithm.local_init=local",
+     "algorithm.chained=true starts each client from the previous client's result"),
 ]
 
 

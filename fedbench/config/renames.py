@@ -68,6 +68,21 @@ def moved_message(key: str, value: str = "<value>") -> str | None:
             "algorithm's local step takes, so that all methods of a comparison get the same)")
 
 
+# algorithm switches added later whose off value is the earlier behaviour (issue 36): FedADMM's chained clients,
+# FedProx's random epochs
+LATER_SWITCHES = {"fedadmm": {"chained": False}, "fedprox": {"hetero_epochs": False}}
+
+
+def before_later_switches(container: dict) -> dict:
+    """A resolved config as recorded before LATER_SWITCHES existed (in place): a switch at its off value
+    dropped, so runs and checkpoints of earlier versions keep their config hash."""
+    algorithm = container.get("algorithm") or {}
+    for key, off in LATER_SWITCHES.get(algorithm.get("name"), {}).items():
+        if key in algorithm and algorithm[key] == off:
+            algorithm.pop(key)
+    return container
+
+
 def before_shared_extras(container: dict) -> dict:
     """A resolved config as recorded before the local-step extras were shared (in place): extras
     at 0 (off) dropped, FedSpeed's weight_decay/grad_clip and FedADMM's momentum back in the

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from fedbench.config.renames import before_shared_extras
+from fedbench.config.renames import before_later_switches, before_shared_extras
 from fedbench.config.validate import written_out
 from fedbench.runs.build import build_federation
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
@@ -37,6 +37,7 @@ def config_hash(cfg: DictConfig) -> str:
             dataset.pop("generator")
         if "eval_users" in dataset and (dataset["eval_users"] == 0 or dataset["eval_users"] >= dataset.get("num_users", 30)):
             dataset.pop("eval_users")
+    before_later_switches(container)  # and FedADMM's chained, FedProx's hetero_epochs off
     if not container.get("stop_at_targets", True):  # off: the hash of runs from before the option
         container.pop("stop_at_targets")
     return hashlib.sha256(OmegaConf.to_yaml(OmegaConf.create(container)).encode()).hexdigest()[:16]

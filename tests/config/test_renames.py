@@ -132,6 +132,24 @@ def test_runs_of_earlier_versions_keep_their_config_hash(overrides):
     assert config_hash(compose(list(overrides))) == HASHES_BEFORE_SHARED_EXTRAS[overrides]
 
 
+# config_hash as commit ca3db5d (before FedADMM's chained and FedProx's hetero_epochs, issue 36) computed them
+HASHES_BEFORE_ISSUE_36 = {
+    ("algorithm=fedprox",): "c43772e4e2bc26ef",
+    ("algorithm=fedadmm",): "cc104a13818a0c7e",
+    ("experiment=fedadmm/table3", "algorithm=fedprox", "algorithm.mu=0.1"): "8c7736d6e51e643b",
+}
+
+
+def test_a_later_switch_off_keeps_the_hash_and_on_changes_it():
+    from fedbench.runs.single import config_hash
+
+    for overrides, expected in HASHES_BEFORE_ISSUE_36.items():
+        assert config_hash(compose(list(overrides))) == expected, overrides
+    for overrides, switch in ((["algorithm=fedprox"], "algorithm.hetero_epochs=true"),
+                              (["algorithm=fedadmm"], "algorithm.chained=true")):
+        assert config_hash(compose([*overrides, switch])) != config_hash(compose(overrides))
+
+
 def test_an_extra_changes_the_hash_where_it_changes_the_run():
     from fedbench.runs.single import config_hash
 
