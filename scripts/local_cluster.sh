@@ -117,6 +117,40 @@ ray_node() {  # ray_node <name> <ray start arguments...>: one Ray node, kept by 
     --runtime-env-agent-port="$(free_port)" "$@"
 }
 
+exposed_sockets() {  # the cluster's processes' TCP listeners on any address but loopback, from /proc
+  "$PYTHON" - "$DIR" <<'EOF'
+import ipaddress, os, sys
+from pathlib import Path
+d = Path(sys.argv[1])
+groups = {int((d / f"{n}.pid").read_text()) for n in ("ray-head", "ray-worker", "mlflow") if (d / f"{n}.pid").exists()}
+pids = {int((d / "pg" / "postmaster.pid").read_text().split()[0])} if (d / "pg" / "postmaster.pid").exists() else set()
+for p in Path("/proc").iterdir():
+    try:
+        if p.name.isdigit() and os.getpgid(int(p.name)) in groups:
+            pids.add(int(p.name))
+    except OSError:
+        pass
+listen = {}
+for table in ("tcp", "tcp6"):
+    for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+        f = line.split()
+        if f[3] == "0A":
+            raw = bytes.fromhex(f[1].split(":")[0])
+            ip = ipaddress.ip_address(b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4)))
+            mapped = getattr(ip, "ipv4_mapped", None)
+            if not (ip.is_loopback or (mapped is not None and mapped.is_loopback)):
+                listen[f[9]] = f"{ip}:{int(f[1].split(':')[1], 16)}"
+for pid in pids:
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            target = os.readlink(fd)
+            if target.startswith("socket:[") and target[8:-1] in listen:
+                print(f"{Path(f'/proc/{pid}/comm').read_text().strip()} on {listen[target[8:-1]]}", end="; ")
+    except OSError:
+        pass
+EOF
+}
+
 nodes_alive() {  # the cluster has at least $1 live nodes
   "$PYTHON" - "$RAY_ADDRESS" "$1" <<'EOF'
 import sys
@@ -197,10 +231,12 @@ EOF
   start_part mlflow
   start_part head
   start_part worker
+  exposed=$(exposed_sockets) || die "cannot list the cluster's listening sockets from /proc"
+  [ -z "$exposed" ] || die "listening beyond 127.0.0.1 (this Ray may bind differently): $exposed"
   trap - EXIT
   echo "local cluster up in $DIR:"
   printf '  %s\n' "PostgreSQL     $FEDBENCH_POSTGRES_URI" "MLflow server  $MLFLOW_TRACKING_URI (artifacts in $DIR/artifacts)" \
-    "Ray head       $RAY_ADDRESS, with one worker node" "source $DIR/env sets RAY_ADDRESS, MLFLOW_TRACKING_URI, FEDBENCH_POSTGRES_URI"
+    "Ray head       $RAY_ADDRESS, with one worker node" "source $DIR/env sets RAY_ADDRESS, MLFLOW_TRACKING_URI, FEDBENCH_POSTGRES_URI, PGPASSWORD (nothing listens beyond 127.0.0.1)"
 }
 
 down() {

@@ -102,6 +102,16 @@ class LocalCluster:
                 continue
         return found
 
+    def ray_processes(self) -> list[tuple[int, int, str]]:
+        """(pid, process group, title) of every Ray process on this machine (for a failure's message)."""
+        found = []
+        for proc in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace").strip()
+                if proc.name.isdigit() and title.startswith("ray::"):
+                    found.append((int(proc.name), os.getpgid(int(proc.name)), title))
+        return found
+
     def sql(self, query: str, *args) -> list[tuple]:
         """Rows straight from the PostgreSQL database behind the MLflow server (as its owner role,
         with the password DIR/env keeps)."""

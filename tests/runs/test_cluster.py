@@ -97,7 +97,7 @@ def test_a_worker_node_killed_mid_sweep_loses_nothing_and_logs_nothing_twice(clu
                             stderr=subprocess.STDOUT, text=True)
     try:
         wait_until(lambda: len(list(sweep.glob("*/checkpoint.pt"))) == 2, 180, "both jobs' first checkpoints", proc)
-        assert cluster.worker_task_pids(), "no job of the sweep runs on the worker node"
+        assert cluster.worker_task_pids(), f"no job of the sweep runs on the worker node: {cluster.ray_processes()}"
         cluster.kill_worker()
         first, _ = proc.communicate(timeout=300)
     finally:
