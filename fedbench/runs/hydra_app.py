@@ -70,6 +70,7 @@ def current_job(cfg) -> HydraJob:
 
 def _hydra_task(cfg) -> float:
     """One Hydra job; returns the sweep objective (tracking.objective; NaN for a failed job)."""
+    from fedbench.runs.interrupts import received
     from fedbench.runs.single import objective_value, run_job
 
     job = current_job(cfg)
@@ -78,6 +79,8 @@ def _hydra_task(cfg) -> float:
     except KeyboardInterrupt as exc:
         interrupted(job, exc)
     except Exception as exc:
+        if (interrupt := received()) is not None:  # an error the signal caused
+            interrupted(job, interrupt)
         return job_failed(job, exc)
     return objective_value(summary, cfg)
 
