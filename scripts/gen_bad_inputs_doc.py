@@ -52,6 +52,9 @@ Each is reproduced by the test named (tests/runs/test_reliability.py unless said
 | an input refused after Hydra made the run folder (missing data files) | the folder is removed, unless it holds files of the user's | `test_a_run_refused_after_hydra_starts_leaves_no_folder` |
 | `data.root=D` where `D/fmnist` lacks a file | `fedbench: fmnist: D/fmnist lacks t10k-labels-idx1-ubyte[.gz]; reading /usr/share/datasets/fashion-mnist instead` | `test_a_partial_data_folder_is_named_before_falling_back` |
 | a configuration that FINISHED twice (re-run with `tracking.skip_finished=false`) | `fedbench report` counts it once (its newest run) | `test_report_counts_a_configuration_that_finished_twice_as_one_seed` |
+| SIGTERM (SLURM, `timeout`, systemd, Kubernetes) during a run, a basic sweep or a batched grid | as Ctrl-C: a checkpoint after the current round, the MLflow run(s) KILLED with `failure_reason` `interrupted (SIGTERM); ... continue with: fedbench resume <folder>`, the resume command printed, exit 143; a second signal stops at once | tests/runs/test_signals.py |
+| Ctrl-C or SIGTERM during start-up (before the first checkpoint) | `error: interrupted (SIGTERM) before a run started; nothing was checkpointed` (or, once the record started, the run KILLED with `nothing was checkpointed ...; start the run again`), exit 130 or 143 | `test_sigterm_during_start_up_promises_no_checkpoint`, `test_an_interrupt_after_the_record_started_but_before_round_1_marks_it_killed` |
+| the disk under the run folder fills during a checkpoint | `error: no space left on the disk of <run folder> (N MB free): the run stopped at round r; the checkpoint of round k is kept; free some space and continue with: fedbench resume <run folder>`, exit 1, the run FAILED | tests/runs/test_faults.py `test_full_disk_keeps_the_last_checkpoint_and_fails_the_run` |
 """
 
 
