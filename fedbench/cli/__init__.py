@@ -3,4 +3,4 @@
 from fedbench.runs import interrupts as _interrupts
 
 # first thing, before the command's imports: a SIGTERM during start-up is an interrupt too (cli.app)
-_interrupts.install()
+_interrupts.install(importing=True)

@@ -58,21 +58,34 @@ def entrypoint() -> None:
     except Exception as exc:
         from fedbench.config.compose import malformed_yaml
 
+        if (interrupt := interrupts.received()) is not None:  # an error the signal caused
+            exit_now(report_interrupt(interrupt))
         error = malformed_yaml(exc)  # a config file read outside composition (`run --help`, `list`)
         if error is None:
             raise
         report_error(error)
         code = error.exit_code
-    except KeyboardInterrupt as exc:  # outside a run (start-up, between a sweep's jobs): no run of its own
-        print(f"error: interrupted ({interrupts.describe(interrupts.signal_of(exc))}) before a run started; "
-              "nothing was checkpointed",
-              file=sys.stderr)
-        code = interrupts.exit_code(exc)
+    except KeyboardInterrupt as exc:
+        code = report_interrupt(exc)
     except SystemExit as exc:
         code = exc.code
+        reported = exc.__suppress_context__  # `raise SystemExit(...) from None`: a run's own report (hydra_app)
+        if code not in (0, None) and not reported:  # Typer's exit 130 for any signal, Hydra's 1 for an error it caused
+            interrupt = interrupts.interrupt_in(exc.__context__) or interrupts.received()
+            if interrupt is not None:
+                code = report_interrupt(interrupt)
     else:
         code = 0
     exit_now(code)
+
+
+def report_interrupt(exc: KeyboardInterrupt) -> int:
+    """An interrupt that no run reported (start-up, `fedbench reproduce` between its runs): one line; its exit code."""
+    from fedbench.runs import interrupts
+
+    print(f"error: interrupted ({interrupts.describe(interrupts.signal_of(exc))}) {interrupts.left_behind()}",
+          file=sys.stderr)
+    return interrupts.exit_code(exc)
 
 
 def exit_now(code: int | str | None) -> NoReturn:

@@ -87,6 +87,7 @@ def record_config_dirs(out: Path, hc) -> None:
 def _hydra_task(cfg) -> float:
     """One Hydra job; returns the sweep objective (tracking.objective; NaN for a failed job)."""
     from fedbench.core.secrets import install
+    from fedbench.runs.interrupts import received
     from fedbench.runs.single import objective_value, run_job
 
     install()  # a launcher's worker process prints and logs too
@@ -96,6 +97,8 @@ def _hydra_task(cfg) -> float:
     except KeyboardInterrupt as exc:
         interrupted(job, exc)
     except Exception as exc:
+        if (interrupt := received()) is not None:  # an error the signal caused
+            interrupted(job, interrupt)
         return job_failed(job, exc)
     return objective_value(summary, cfg)
 

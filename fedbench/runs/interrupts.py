@@ -11,6 +11,7 @@ import sys
 import threading
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STARTED: list[str] = []  # the run folders whose record this process started: what an interrupt leaves behind
 
 
 class Interrupted(KeyboardInterrupt):
@@ -19,6 +20,17 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int = signal.SIGINT):
         super().__init__(signum)
         self.signum = signum
+
+
+def interrupt_in(exc: BaseException | None) -> KeyboardInterrupt | None:
+    """The interrupt behind `exc`: Typer turns one into SystemExit(130) (click's Exit), losing its signal."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def signal_of(exc: BaseException) -> int:
@@ -35,16 +47,37 @@ def describe(signum: int) -> str:
     return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
 
 
+RECEIVED: list[int] = []  # the signals this process got: an error they caused is theirs
+
+
+def received() -> Interrupted | None:
+    """The interrupt behind an error that followed a signal (one raised inside a lazy import leaves the
+    module half-made: an AttributeError, not the interrupt, is what surfaces)."""
+    return Interrupted(RECEIVED[0]) if RECEIVED else None
+
+
 def _raise(signum, frame):
+    RECEIVED.append(signum)
     raise Interrupted(signum)
 
 
-def install() -> None:
-    """SIGTERM raises Interrupted like Ctrl-C does, from now on (the process's start-up included)."""
+def _exit_at_start(signum, frame):
+    """During the CLI's imports: nothing started yet, and no `try` that could report an exception."""
+    import os
+
+    print(f"error: interrupted ({describe(signum)}) before a run started; nothing was checkpointed",
+          file=sys.stderr, flush=True)
+    os._exit(128 + signum)
+
+
+def install(importing: bool = False) -> None:
+    """SIGTERM raises Interrupted like Ctrl-C does, from now on; while the CLI is `importing`, either
+    signal ends the process at once with its one line."""
     if threading.current_thread() is threading.main_thread():
+        handlers = (signal.default_int_handler, signal.SIG_DFL, _raise, _exit_at_start)
         for signum in SIGNALS:
-            if signal.getsignal(signum) in (signal.default_int_handler, signal.SIG_DFL):
-                signal.signal(signum, _raise)
+            if signal.getsignal(signum) in handlers:
+                signal.signal(signum, _exit_at_start if importing else _raise)
 
 
 class GracefulInterrupt:
@@ -63,6 +96,7 @@ class GracefulInterrupt:
         return Interrupted(self.signum)
 
     def _handler(self, signum, frame):
+        RECEIVED.append(signum)
         if self.requested:
             raise Interrupted(self.signum)
         self.requested, self.signum = True, signum
@@ -80,3 +114,11 @@ class GracefulInterrupt:
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
         self._previous = {}
+
+
+def left_behind() -> str:
+    """For an interrupt that no run reported: what this process started, honestly."""
+    if not STARTED:
+        return "before a run started; nothing was checkpointed"
+    return (f"after {len(STARTED)} run(s) started; each continues from its last checkpoint with "
+            f"fedbench resume <its folder> (the last: {STARTED[-1]})")

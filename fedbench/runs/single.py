@@ -17,6 +17,7 @@ from fedbench.runs.build import build_federation
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.engine.loop import initial_state, run, warm_up
 from fedbench.core.errors import ConfigError, DivergenceError, FedbenchError, write_failure
+from fedbench.runs import interrupts
 from fedbench.runs.interrupts import GracefulInterrupt, describe, signal_of
 from fedbench.core.ownership import CHECKPOINT_NAME, shell_path  # CHECKPOINT_NAME: where resume continues from
 from fedbench.tracking.store import StoreError, quiet_libraries
@@ -195,6 +196,7 @@ class Job:
             run_id=resumed_run_id,
             logged_through=self.state.round,
         )
+        interrupts.STARTED.append(str(run_dir))
         if self.label and tags and tags.get("overrides"):
             say(f"overrides: {tags['overrides']}")
         say(f"{cfg.algorithm.name} on {cfg.dataset.name} ({info.num_train} train / {info.num_test} test), "

@@ -87,10 +87,11 @@ def test_sigterm_ends_a_grid_with_its_jobs_checkpointed_and_killed(tmp_path, lau
 
 
 @pytest.mark.slow
-def test_sigterm_during_start_up_promises_no_checkpoint(tmp_path):
+@pytest.mark.parametrize("after", [0.3, 1.5, 3.0])
+def test_sigterm_during_start_up_promises_no_checkpoint(tmp_path, after):
     proc = start("run", *SMALL, "rounds=5", f"tracking.uri=sqlite:///{tmp_path}/m.db", f"hydra.run.dir={tmp_path}/run",
                  cwd=tmp_path)
-    time.sleep(1.5)  # importing torch, composing, building the data
+    time.sleep(after)  # importing the CLI, torch, composing, building the data
     assert proc.poll() is None
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
