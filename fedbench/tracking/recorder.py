@@ -209,6 +209,7 @@ class Recorder:
 
     @store_call
     def start(self, tags: dict[str, str], run_id: str | None = None, logged_through: int = 0) -> str:
+        from mlflow.entities import Param
 
         if run_id is not None:  # resuming: skip the rounds already in the record
             self.run_id = run_id
