@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-PACKAGED_CONF = Path(__file__).resolve().parent / "conf"
+def packaged_conf() -> Path:
+    """The config tree: `conf/` at the top of a source checkout, or `fedbench/conf/` in an installed wheel
+    (setup.py maps the one tree there)."""
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "conf"
+    return installed if installed.is_dir() else package.parent / "conf"
+
+
+PACKAGED_CONF = packaged_conf()
 
 
 def conf_dir_from_env() -> Path:

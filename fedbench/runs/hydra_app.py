@@ -157,7 +157,7 @@ def hydra_main(argv: list[str]) -> int:
     if not (CONF_DIR / "config.yaml").is_file():
         origin = "FEDBENCH_CONF" if os.environ.get("FEDBENCH_CONF") else "the installed package"
         raise ConfigError(f"no config.yaml in the config directory {CONF_DIR} (from {origin}); point FEDBENCH_CONF "
-                          "at a copy of fedbench/config/conf, or unset it to use the packaged configs")
+                          "at a copy of conf/, or unset it to use the packaged configs")
     if "--hydra-help" in argv:  # Hydra's own text advertises a shell completion that `fedbench run` cannot offer
         print(HYDRA_FLAGS)
         return 0
