@@ -8,7 +8,7 @@ import os
 import pickle
 from pathlib import Path
 
-CONF = Path(__file__).resolve().parent.parent / "fedbench" / "config" / "conf"
+CONF = Path(__file__).resolve().parent.parent / "conf"
 
 CASES: list[tuple[str, str]] = [
     # unknown names

@@ -9,7 +9,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-CONF = str(Path(__file__).resolve().parent.parent / "fedbench" / "config" / "conf")
+CONF = str(Path(__file__).resolve().parent.parent / "conf")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 torch.set_num_threads(1)

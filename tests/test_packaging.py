@@ -18,8 +18,9 @@ def test_the_wheel_carries_the_configs_and_runs_in_an_empty_folder(tmp_path):
     import shutil
 
     source = tmp_path / "source"  # a clean copy: setuptools' build/ folder in a checkout may hold stale files
-    shutil.copytree(ROOT / "fedbench", source / "fedbench", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
+    for folder in ("fedbench", "conf", "hydra_plugins"):
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / name, source / name)
     wheels = tmp_path / "wheels"
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(source), "-w", str(wheels)],
@@ -27,8 +28,9 @@ def test_the_wheel_carries_the_configs_and_runs_in_an_empty_folder(tmp_path):
     assert build.returncode == 0, build.stderr[-3000:]
     [wheel] = wheels.glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for pattern in ("config/conf/**/*.yaml", "reproduce/papers/**/*.csv"):
-        shipped = {f"fedbench/{p.relative_to(ROOT / 'fedbench').as_posix()}" for p in (ROOT / "fedbench").glob(pattern)}
+    # the top-level config tree ships as fedbench/conf; the papers' numbers as the package's own data
+    for folder, pattern, inside in (("conf", "**/*.yaml", "fedbench/conf"), ("fedbench", "reproduce/papers/**/*.csv", "fedbench")):
+        shipped = {f"{inside}/{p.relative_to(ROOT / folder).as_posix()}" for p in (ROOT / folder).glob(pattern)}
         assert shipped and shipped <= names, sorted(shipped - names)[:5]
     import os
 
@@ -69,4 +71,4 @@ def test_a_users_config_folder_adds_groups_and_a_missing_one_is_one_line(tmp_pat
                                                       "FEDBENCH_CONF": str(tmp_path / "nowhere")})
     assert bad.returncode == 2 and error_lines(bad.stderr) == [
         f"error: no config.yaml in the config directory {tmp_path / 'nowhere'} (from FEDBENCH_CONF); point "
-        "FEDBENCH_CONF at a copy of fedbench/config/conf, or unset it to use the packaged configs"]
+        "FEDBENCH_CONF at a copy of conf/, or unset it to use the packaged configs"]

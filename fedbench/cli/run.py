@@ -36,7 +36,7 @@ def top_level_keys_help() -> str:
     keys = [f"{k}={v}" for k, v in raw.items() if k not in ("defaults", "hydra") and not isinstance(v, dict)]
     nested = [f"{k}.{j}={v}" for k, sub in raw.items() if k not in ("defaults", "hydra") and isinstance(sub, dict)
               for j, v in sub.items()]
-    return ("\n\nTop-level keys and their defaults (fedbench/config/conf/config.yaml):\n\n  " + "  ".join(keys + nested)
+    return ("\n\nTop-level keys and their defaults (conf/config.yaml):\n\n  " + "  ".join(keys + nested)
             + "\n\nGroups and their defaults (`fedbench list` shows the choices):\n\n  " + "  ".join(groups))
 
 

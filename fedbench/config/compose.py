@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-PACKAGED_CONF = Path(__file__).resolve().parent / "conf"
+def packaged_conf() -> Path:
+    """The config tree: `conf/` at the top of a source checkout, or `fedbench/conf/` in an installed wheel
+    (setup.py maps the one tree there)."""
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "conf"
+    return installed if installed.is_dir() else package.parent / "conf"
+
+
+PACKAGED_CONF = packaged_conf()
 
 
 def conf_dir_from_env() -> Path:
@@ -36,7 +44,7 @@ def checked_conf_dir() -> Path:
     if not (directory / "config.yaml").is_file():
         origin = "FEDBENCH_CONF" if directory != PACKAGED_CONF else "the installed package"
         raise ConfigError(f"no config.yaml in the config directory {directory} (from {origin}); point FEDBENCH_CONF "
-                          "at a copy of fedbench/config/conf, or unset it to use the packaged configs")
+                          "at a copy of conf/, or unset it to use the packaged configs")
     return directory
 
 

@@ -1,6 +1,6 @@
 """A reproduction entry: one table or figure of a paper, and the registry the paper modules fill.
 
-An entry names its Hydra preset (fedbench/config/conf/experiment/<paper>/<table>.yaml), the paper's published numbers
+An entry names its Hydra preset (conf/experiment/<paper>/<table>.yaml), the paper's published numbers
 (papers/<paper>/<table>.csv, long format: method, group, metric, value), and per scale the arms of its
 grid, the seeds, what it needs and the claim it checks. The entries themselves live in one module per
 paper (fedbench/reproduce/<paper>.py) and register here.
@@ -165,7 +165,7 @@ class Reproduction:
     scales: dict[str, Scale]
     check: Check
     reference: str | dict[str, str] | None = None  # the paper's reference method(s) for speed-ups
-    preset: str | None = None  # fedbench/config/conf/experiment/<preset>.yaml; defaults to `name`
+    preset: str | None = None  # conf/experiment/<preset>.yaml; defaults to `name`
     plot: tuple[str, ...] = ("test_accuracy",)  # figure rows; panels = groups
     plot_log: tuple[str, ...] = ()  # rows drawn on a log scale
     notes: str = ""  # deviations from the paper's protocol

@@ -87,9 +87,9 @@ def missing(rep: Reproduction, scale_name: str) -> list[str]:
         return [rep.blocked]
     base = conf_dir()
     presets = dict.fromkeys([rep.preset_path, *(a.preset for a in scale.runs if a.preset)])
-    out = [f"preset fedbench/config/conf/experiment/{p}.yaml" for p in presets if not (base / "experiment" / f"{p}.yaml").exists()]
+    out = [f"preset conf/experiment/{p}.yaml" for p in presets if not (base / "experiment" / f"{p}.yaml").exists()]
     if scale.config and not (base / "scale" / f"{scale.config}.yaml").exists():
-        out.append(f"scale fedbench/config/conf/scale/{scale.config}.yaml")
+        out.append(f"scale conf/scale/{scale.config}.yaml")
     if out:
         return out
     for group in ("algorithm", "dataset", "model", "partition"):

@@ -118,11 +118,15 @@ def _jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
 
     install()
     overrides = withhold(overrides)
+    if not multirun:  # a grid, said before preflight, whose advice is the command line's `-m`
+        try:
+            count = len(expand_jobs(overrides))
+        except Exception:  # noqa: BLE001 - a malformed override: preflight names it in one line
+            count = 1
+        if count > 1:
+            raise ConfigError(f"{count} jobs in {overrides}: use fedbench.sweep for a grid")
     preflight(conf_dir(), [*overrides, *(["--multirun"] if multirun else [])])
-    jobs = expand_jobs(overrides)
-    if not multirun and len(jobs) > 1:
-        raise ConfigError(f"{len(jobs)} jobs in {overrides}: use fedbench.sweep for a grid")
-    return jobs
+    return expand_jobs(overrides)
 
 
 def _default_folder(kind: str, name: str) -> Path:

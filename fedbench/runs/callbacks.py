@@ -48,7 +48,7 @@ def release_folders() -> None:
 
 
 class SweepCallback(Callback):
-    """Registered in fedbench/config/conf/config.yaml under hydra.callbacks."""
+    """Registered in conf/config.yaml under hydra.callbacks."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         own_folder(config, "hydra.run.dir", "run directory", resume=bool(config.get("resume")))

@@ -1,7 +1,7 @@
 """Low-rank matrix sensing (LoSAC §5.5, Fig. 7; losac.md §8 targets 4-8) at CI scale.
 
 The paper's setting (d = 64, N = 100, 600 rounds, about 2-5 min per run on one CPU core) is the
-preset fedbench/config/conf/experiment/losac/lowrank*.yaml. CI runs the same protocol scaled down: d = 16, ranks
+preset conf/experiment/losac/lowrank*.yaml. CI runs the same protocol scaled down: d = 16, ranks
 8/4/2 (the ratios r/d = 1/2, 1/4, 1/8 of the paper's 32/16/8 of 64), N = 20 clients x 50 samples,
 S = 5, M = 5 blocks of 10, T = 5, eta = 0.01 (eta L_block ~ 0.6, as the paper's 2e-3 at d = 64),
 lambda = 0.1, 80 rounds.

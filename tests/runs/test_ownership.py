@@ -342,7 +342,7 @@ def test_resume_uses_the_fedbench_conf_the_run_was_started_with(tmp_path):
     import shutil
 
     conf = tmp_path / "conf"
-    shutil.copytree(Path(__file__).resolve().parents[2] / "fedbench" / "config" / "conf", conf)
+    shutil.copytree(Path(__file__).resolve().parents[2] / "conf", conf)
     (conf / "algorithm" / "mine.yaml").write_text("name: fedavg\nserver_opt:\n  name: sgd\n")
     run_dir, db = tmp_path / "run", tmp_path / "m.db"
     argv = [sys.executable, "-m", "fedbench.cli", "run", "algorithm=mine", *SMALL, "rounds=2",
