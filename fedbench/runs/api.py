@@ -65,10 +65,10 @@ def _jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
     from fedbench.config.preflight import expand_jobs, preflight
     from fedbench.core.errors import ConfigError
 
+    if not multirun and any(o.is_sweep_override() for o in _parsed(overrides)):  # before preflight's "add -m"
+        raise ConfigError(f"{len(expand_jobs(overrides))} jobs in {overrides}: use fedbench.sweep for a grid")
     preflight(conf_dir(), [*overrides, *(["--multirun"] if multirun else [])])
     jobs = expand_jobs(overrides)
-    if not multirun and len(jobs) > 1:
-        raise ConfigError(f"{len(jobs)} jobs in {overrides}: use fedbench.sweep for a grid")
     return jobs
 
 
@@ -144,3 +144,13 @@ def _history_from_mlflow(uri: str, run_id: str) -> list[dict[str, float]]:
         for m in client.get_metric_history(run_id, key):
             rows.setdefault(m.step, {"round": m.step})[key] = m.value
     return [rows[k] for k in sorted(rows) if k > 0]
+
+
+def _parsed(overrides: list[str]) -> list:
+    """Hydra's parse of the overrides; none when they do not parse (preflight reports that)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return OverridesParser.create().parse_overrides(overrides)
+    except Exception:
+        return []
