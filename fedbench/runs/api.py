@@ -118,15 +118,11 @@ def _jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
 
     install()
     overrides = withhold(overrides)
-    if not multirun:  # a grid, said before preflight, whose advice is the command line's `-m`
-        try:
-            count = len(expand_jobs(overrides))
-        except Exception:  # noqa: BLE001 - a malformed override: preflight names it in one line
-            count = 1
-        if count > 1:
-            raise ConfigError(f"{count} jobs in {overrides}: use fedbench.sweep for a grid")
+    if not multirun and any(o.is_sweep_override() for o in _parsed(overrides)):  # before preflight's "add -m"
+        raise ConfigError(f"{len(expand_jobs(overrides))} jobs in {overrides}: use fedbench.sweep for a grid")
     preflight(conf_dir(), [*overrides, *(["--multirun"] if multirun else [])])
-    return expand_jobs(overrides)
+    jobs = expand_jobs(overrides)
+    return jobs
 
 
 def _default_folder(kind: str, name: str) -> Path:
@@ -237,3 +233,13 @@ def _history_from_mlflow(uri: str, run_id: str) -> list[dict[str, float]]:
         for m in client.get_metric_history(run_id, key):
             rows.setdefault(m.step, {"round": m.step})[key] = m.value
     return [rows[k] for k in sorted(rows) if k > 0]
+
+
+def _parsed(overrides: list[str]) -> list:
+    """Hydra's parse of the overrides; none when they do not parse (preflight reports that)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return OverridesParser.create().parse_overrides(overrides)
+    except Exception:
+        return []
