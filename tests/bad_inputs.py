@@ -113,9 +113,9 @@ CASES: list[tuple[str, str]] = [
     ("-m eta_l=0.1,0.05,-1", "eta_l must be a finite number > 0, got -1"),
     ("-m algorithm=fedavg,fedsdg", "Did you mean 'fedsgd'?"),
     # issue 35 (populations made on demand)
-    ("dataset=synthetic partition=natural dataset.num_users=1000000 num_clients=1000000",
+    ("dataset=synthetic partition=natural dataset.generator=sequential dataset.num_users=1000000 num_clients=1000000",
      "dataset.num_users=1000000 with dataset.generator=sequential holds every user's data in memory"),
-    ("dataset=synthetic partition=natural dataset.generator=lazy", "dataset.generator='lazy': choose one of sequential, per_user"),
+    ("dataset=synthetic partition=natural dataset.generator=lazy", "dataset.generator='lazy': choose one of auto, sequential, per_user"),
     ("dataset=synthetic dataset.generator=per_user partition=iid",
      "partition=iid: dataset.generator=per_user makes each user's data when it is sampled, so only partition=natural"),
     ("dataset=synthetic dataset.generator=per_user partition=natural num_clients=30 train_loss_every=1",

@@ -10,7 +10,7 @@ import torch
 
 from fedbench.data.base import Dataset, standardize_images
 from fedbench.data.population import Population
-from fedbench.data.synthetic import PerUserSynthetic, check_generator, eval_users as eval_users_of, sequential_users, test_count
+from fedbench.data.synthetic import PerUserSynthetic, resolve_generator, eval_users as eval_users_of, sequential_users, test_count
 from fedbench.data.checksums import verify as verify_checksums
 from fedbench.data.idx import read_idx
 from fedbench.data.locations import DEBIAN_FASHION_MNIST, IDX_STEMS, find_idx_file, fmnist_folders
@@ -134,14 +134,15 @@ def synthetic(
     iid: bool = False,
     seed: int = 0,
     test_fraction: float = 0.2,
-    generator: str = "sequential",
+    generator: str = "auto",
     eval_users: int = 0,
 ) -> Dataset:
     """Li et al. (FedProx, 2020) generator (data/synthetic.py): `train_owner` is the natural partition.
     `generator`: sequential (one stream, every user in memory) or per_user (each user from its own
-    stream, made when sampled: a population of any size). `eval_users`: the test set is the test data
+    stream, made when sampled: a population of any size); auto: sequential up to
+    synthetic.AUTO_SEQUENTIAL_USERS users, per_user beyond. `eval_users`: the test set is the test data
     of this many users, a fixed sample drawn with `seed` (0 or >= num_users: every user's)."""
-    check_generator(generator)
+    generator = resolve_generator(generator, num_users)
     check(num_users >= 1, f"dataset.num_users must be >= 1, got {num_users}")
     check(eval_users >= 0, f"dataset.eval_users must be >= 0 (0 = every user), got {eval_users}")
     tested = np.zeros(num_users, dtype=bool)

@@ -23,7 +23,8 @@ import torch
 from fedbench.core.errors import check
 from fedbench.core.streams import hash_keys
 
-GENERATORS = ("sequential", "per_user")
+GENERATORS = ("auto", "sequential", "per_user")
+AUTO_SEQUENTIAL_USERS = 10_000  # `auto`: the sequential generator up to here (~2.4 GB of data), per_user beyond
 MAX_SIZE = 2000
 _TAG_SIZE, _TAG_USER, _TAG_SHARED, _TAG_EVAL = 0x517E, 0x05E2, 0x5A2E, 0xE7A1
 
@@ -106,3 +107,13 @@ def eval_users(seed: int, num_users: int, count: int) -> np.ndarray:
 
 def check_generator(generator: str) -> None:
     check(generator in GENERATORS, f"dataset.generator={generator!r}: choose one of {', '.join(GENERATORS)}")
+
+
+def resolve_generator(generator: str, num_users: int) -> str:
+    """`auto` is fedbench's first (sequential) generator wherever that one fits in memory, so results at
+    those sizes never change, and per_user beyond AUTO_SEQUENTIAL_USERS users (a fixed size, not the
+    machine's free memory: the same config makes the same data on every machine)."""
+    check_generator(generator)
+    if generator != "auto":
+        return generator
+    return "sequential" if int(num_users) <= AUTO_SEQUENTIAL_USERS else "per_user"

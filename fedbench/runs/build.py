@@ -61,8 +61,10 @@ EAGER_SYNTHETIC_BYTES = 240_000  # memory per user of the sequential generator's
 def check_eager_fits(cfg: DictConfig) -> None:
     """The sequential synthetic generator holds every user's data: refuse a population that cannot fit
     before minutes of generating it end in the kernel's OOM killer."""
+    from fedbench.data.synthetic import resolve_generator
+
     ds = cfg.dataset
-    if ds.name != "synthetic" or ds.get("generator", "sequential") != "sequential":
+    if ds.name != "synthetic" or resolve_generator(str(ds.get("generator", "sequential")), ds.num_users) != "sequential":
         return
     from fedbench.runs.batched import available_bytes
 

@@ -34,6 +34,10 @@ def config_hash(cfg: DictConfig) -> str:
     before_shared_extras(container)  # likewise the local-step extras before they were shared
     dataset = container.get("dataset", {})
     if dataset.get("name") == "synthetic":  # its generator and test users before they were options
+        from fedbench.data.synthetic import GENERATORS, resolve_generator
+
+        if dataset.get("generator") in GENERATORS:  # auto hashes as the generator it chooses (the same data)
+            dataset["generator"] = resolve_generator(dataset["generator"], dataset.get("num_users", 30))
         if dataset.get("generator") == "sequential":
             dataset.pop("generator")
         if "eval_users" in dataset and (dataset["eval_users"] == 0 or dataset["eval_users"] >= dataset.get("num_users", 30)):

@@ -131,3 +131,24 @@ def test_runs_from_before_the_generator_option_keep_their_config_hash():
     assert config_hash(new) == config_hash(OmegaConf.create(old))
     for change in ("dataset.generator=per_user", "dataset.eval_users=10"):
         assert config_hash(make_cfg("dataset=synthetic", "partition=natural", "num_clients=30", change)) != config_hash(new)
+
+
+def test_auto_is_the_sequential_generator_where_it_fits_and_per_user_beyond():
+    """dataset.generator=auto (the default): today's data and config hash up to AUTO_SEQUENTIAL_USERS
+    users, so no earlier result changes; a made-on-demand population beyond, so the issue's
+    `dataset.num_users=1000000` command runs without naming a generator."""
+    from fedbench.data.synthetic import AUTO_SEQUENTIAL_USERS, resolve_generator
+    from fedbench.runs.build import check_eager_fits
+    from fedbench.runs.single import config_hash
+    from tests.conftest import make_cfg
+
+    auto, seq = synthetic(num_users=12, seed=3), synthetic(num_users=12, seed=3, generator="sequential")
+    assert auto.population is None and torch.equal(auto.x_train, seq.x_train) and torch.equal(auto.y_test, seq.y_test)
+    assert resolve_generator("auto", AUTO_SEQUENTIAL_USERS) == "sequential"
+    assert resolve_generator("auto", AUTO_SEQUENTIAL_USERS + 1) == "per_user"
+    assert synthetic(num_users=AUTO_SEQUENTIAL_USERS + 1, eval_users=5).population is not None
+    small = ("dataset=synthetic", "partition=natural", "num_clients=30")
+    assert config_hash(make_cfg(*small)) == config_hash(make_cfg(*small, "dataset.generator=sequential"))
+    huge = ("dataset=synthetic", "partition=natural", "dataset.num_users=1000000", "num_clients=1000000")
+    check_eager_fits(make_cfg(*huge))  # auto: made on demand, nothing to hold
+    assert config_hash(make_cfg(*huge)) == config_hash(make_cfg(*huge, "dataset.generator=per_user"))
