@@ -50,17 +50,7 @@ def test_fedadmm_without_duals_is_fedprox_with_heterogeneous_epochs_and_momentum
         work = LocalWork(fed.clients, ids, r, lr, 8, torch.full((3,), 3), None)
         work = work.with_epochs(heterogeneous_epochs(work))
         epochs.update(work.epochs.tolist())
-        models = []
-        for k in range(3):
-            w = theta.clone().requires_grad_(True)
-            opt = torch.optim.SGD([w], lr=lr, momentum=mu)
-            for t in range(int(work.steps[k])):
-                b = work.batch(t)
-                g, _ = work.grad(w.detach()[None], type(b)(b.x[k : k + 1], b.y[k : k + 1], b.w[k : k + 1]))
-                w.grad = g[0] + rho * (w.detach() - theta)
-                opt.step()
-            models.append(w.detach())
-        theta = torch.stack(models).mean(0)
+        theta = torch.stack([prox_sgd(work, k, theta, int(work.steps[k]), lr, mu, rho) for k in range(3)]).mean(0)
     assert torch.allclose(state.server["x"], theta, rtol=0, atol=1e-12)
     assert len(epochs) > 1  # the clients did unequal work
 
@@ -73,6 +63,18 @@ def test_fedadmm_without_duals_is_the_registered_fedprox_bit_for_bit():
     assert torch.equal(a, b)
 
 
+def prox_sgd(work, k, theta, steps, lr, momentum, rho):
+    """Client k of `work` by hand: `steps` steps of torch.optim.SGD(momentum) on f_k + rho/2 |w - theta|^2 from theta."""
+    w = theta.clone().requires_grad_(True)
+    opt = torch.optim.SGD([w], lr=lr, momentum=momentum)
+    for t in range(steps):
+        b = work.batch(t)
+        g, _ = work.grad(w.detach()[None], type(b)(b.x[k : k + 1], b.y[k : k + 1], b.w[k : k + 1]))
+        w.grad = g[0] + rho * (w.detach() - theta)
+        opt.step()
+    return w.detach()
+
+
 def _fedprox_by_hand(fed, rounds, mu, lr, momentum, E, hetero):
     """FedProx written out client by client (Li et al. eq. 2 under torch.optim.SGD(momentum), from theta;
     theta = mean w_i). hetero: client i of round r runs E_i = 1 + floor(E u) epochs, u the uniform of the
@@ -83,18 +85,9 @@ def _fedprox_by_hand(fed, rounds, mu, lr, momentum, E, hetero):
         ids = torch.as_tensor(sample_cohort(fed.seed, r, 8, 3))
         work = LocalWork(fed.clients, ids, r, lr, 8, torch.full((3,), E), None)  # batches of epochs 1..E
         epochs = (uniform(fed.seed, r, ids, TAG_ALGO, 12) * E).floor().long() + 1 if hetero else torch.full((3,), E)
-        models = []
-        for k in range(3):
-            ran.append(int(epochs[k]))
-            w = theta.clone().requires_grad_(True)
-            opt = torch.optim.SGD([w], lr=lr, momentum=momentum)
-            for t in range(int(epochs[k] * work.steps_per_epoch[k])):
-                b = work.batch(t)
-                g, _ = work.grad(w.detach()[None], type(b)(b.x[k : k + 1], b.y[k : k + 1], b.w[k : k + 1]))
-                w.grad = g[0] + mu * (w.detach() - theta)
-                opt.step()
-            models.append(w.detach())
-        theta = torch.stack(models).mean(0)
+        ran += [int(e) for e in epochs]
+        theta = torch.stack([prox_sgd(work, k, theta, int(epochs[k] * work.steps_per_epoch[k]), lr, momentum, mu)
+                             for k in range(3)]).mean(0)
     return theta, ran
 
 
