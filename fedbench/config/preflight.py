@@ -71,6 +71,9 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
     # Hydra's own settings (launcher, sweeper, hydra.* keys) are composed with the first job: Hydra's
     # errors become one line there, before Hydra runs anything
     placement = overrides_without_sweeps([o for o in overrides if o.lstrip("+~").startswith(("hydra.", "hydra/"))])
+    # `+hydra.key` as `++hydra.key`: a launcher's config that Hydra loads only at launch may already hold the
+    # key here (ray_cluster's ray.remote.*), where Hydra's own launch appends it without complaint
+    placement = ["+" + o if o.startswith("+hydra.") else o for o in placement]
     if any("hydra/sweeper=" in a or a.startswith("hydra.sweeper") for a in overrides):
         overrides = [a for a in overrides if not a.startswith("hydra")]  # a search: check the base config
         jobs = [overrides_without_sweeps(overrides)]

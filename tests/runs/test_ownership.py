@@ -212,6 +212,7 @@ def test_every_store_opener_holds_the_store_lock_while_it_opens(monkeypatch, tmp
     from fedbench.tracking.store import open_store
 
     db = tmp_path / "fresh.db"
+    db.touch()  # made by a run that has not migrated it yet (a reader refuses a store that does not exist)
     uri, held, real = f"sqlite:///{db}", [], MlflowClient.__init__
 
     def opened(self, *args, **kwargs):  # is the store's lock held (by this process's opener) right now?

@@ -48,15 +48,20 @@ def test_joblib_grid_is_one_experiment_tagged_and_relaunch_skips(sweep):
 
 
 def test_report_tables_from_the_sweep(sweep):
+    from fedbench.core.errors import ConfigError
     from fedbench.tracking.report import build_table, load_runs
 
     db = sweep[0]
     frame = load_runs(f"sqlite:///{db}", "fedbench")
-    table = build_table(frame, ["dataset.name"], 0.2, "fedavg", None).set_index("algorithm")
-    assert list(table["seeds"]) == [4, 4]
-    for alg in ("fedavg", "fedsgd"):
-        accs = frame.loc[frame["param:algorithm.name"] == alg, "final_accuracy"]
-        assert table.loc[alg, "final_accuracy"] == f"{accs.mean():.4f} ± {accs.std(ddof=1):.4f}"  # sample std
+    with pytest.raises(ConfigError, match="would pool runs that differ in eta_l"):  # two step sizes are not seeds
+        build_table(frame, ["dataset.name"], 0.2, "fedavg", None)
+    table = build_table(frame, None, 0.2, "fedavg", None)  # the setting: the keys that vary (eta_l)
+    assert list(table["seeds"]) == [2, 2, 2, 2]
+    for _, row in table.iterrows():
+        eta = row["setting"].removeprefix("eta_l=")
+        runs_ = frame[(frame["param:algorithm.name"] == row["algorithm"]) & (frame["param:eta_l"].astype(float) == float(eta))]
+        accs = runs_["final_accuracy"]
+        assert len(accs) == 2 and row["final_accuracy"] == f"{accs.mean():.4f} ± {accs.std(ddof=1):.4f}"  # sample std
     best = build_table(frame, ["dataset.name"], 0.2, "fedavg", "final_accuracy").set_index("algorithm")
     for alg in ("fedavg", "fedsgd"):
         sub = frame[frame["param:algorithm.name"] == alg]
