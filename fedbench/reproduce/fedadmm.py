@@ -9,7 +9,7 @@ from __future__ import annotations
 from fedbench.reproduce.entry import Arm, Claim, Metric, Reproduction, Scale, Tune, axis, candidates, register, rounds_to
 import numpy as np
 
-from fedbench.reproduce.compare import (best, first_to_target, narrowed, numbers, reduction_at_least, rounds_decrease,
+from fedbench.reproduce.compare import (best, first_to_target, numbers, reduction_at_least, rounds_decrease,
                                         speedup_at_least, value)
 
 PAPER = "fedadmm"

@@ -232,8 +232,6 @@ def best_configs(frame: pd.DataFrame, keys: list[str], settings: list[str], metr
 
 def labelled(frame: pd.DataFrame, settings: list[str] | None, best_by: str | None) -> tuple[pd.DataFrame, list[str]]:
     """The runs with their `algorithm` (method_labels) and `setting` columns, and the setting keys used."""
-    import pandas as pd
-
     frame = frame.copy()
     if settings is None:
         settings = differing_settings(frame, exclude_tuned=best_by is not None)
