@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
 
 FMNIST = ["dataset=fmnist", "model=mlp_2nn", "partition=dirichlet", "partition.alpha=0.3", "num_clients=100",
           "clients_per_round=10", "eval_every=1"]
@@ -50,7 +51,7 @@ def run_grid(launcher: str, overrides: list[str], rounds: int, device: str, fold
            f"rounds={rounds}", f"engine.device={device}", f"tracking.uri=sqlite:///{db}",
            f"hydra.sweep.dir={folder / launcher}"]
     t0 = time.perf_counter()
-    res = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    res = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, env=ENV)
     took = time.perf_counter() - t0
     if res.returncode not in (0, 1):  # 1: some jobs failed (a diverging step size), the others ran
         raise SystemExit(f"{launcher} failed:\n{res.stderr[-3000:]}")
@@ -68,7 +69,7 @@ def startup_cost(overrides: list[str], device: str, folder: Path) -> float:
     cmd = [sys.executable, "-m", "fedbench.cli", "run", *single, "rounds=1", f"engine.device={device}",
            f"tracking.uri=sqlite:///{db}", f"hydra.run.dir={folder / 'startup'}"]
     t0 = time.perf_counter()
-    res = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    res = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, env=ENV)
     took = time.perf_counter() - t0
     if res.returncode != 0:
         raise SystemExit(f"the start-up run failed:\n{res.stderr[-3000:]}")

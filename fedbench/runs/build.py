@@ -39,20 +39,46 @@ def resolve_device(name: str) -> torch.device:
 _CPU_CHUNK_BYTES = 16 * 2**20
 
 
-def client_chunk(requested: int, cohort: int, dim: int, dtype: torch.dtype, device: torch.device, executor: str) -> int:
+# Share of an accelerator's free memory a chunk's gradient call may take: the lanes' parameter rows
+# take up to half (runs.batched.auto_max_batch), the allocator's slack the rest.
+_ACCELERATOR_CHUNK_FRACTION = 0.35
+
+
+def client_chunk(requested: int, cohort: int, dim: int, dtype: torch.dtype, device: torch.device, executor: str,
+                 client_bytes: int = 0, free_bytes: int = 0) -> int:
     """Clients trained at once. The loop executor trains client by client; vmap takes the
-    requested chunk, or (0) the whole cohort on an accelerator and, on CPU, as many clients as
-    keep the chunk's [s, d] parameters within ~16 MiB, near the last-level cache: for mlp_2nn at
-    S = 100 a chunk of 20 runs a round 2x faster than the whole cohort (scripts/bench_engine.py).
-    Results do not depend on the chunk."""
+    requested chunk, or (0) on an accelerator the whole cohort, capped by memory when a client's
+    gradient call is measured (`client_bytes`: a conv net's activations, not its parameters, fill
+    the GPU: 20 lanes of ResNet-18-GN ran out of memory at the whole cohort), and on CPU as many
+    clients as keep the chunk's [s, d] parameters within ~16 MiB, near the last-level cache: for
+    mlp_2nn at S = 100 a chunk of 20 runs a round 2x faster than the whole cohort
+    (scripts/bench_engine.py). Results do not depend on the chunk."""
     if executor == "loop":
         return 1
     if requested:
         return min(requested, cohort)
     if device.type != "cpu":
+        if client_bytes and free_bytes:
+            return max(1, min(cohort, int(_ACCELERATOR_CHUNK_FRACTION * free_bytes) // client_bytes))
         return cohort
     itemsize = torch.empty((), dtype=dtype).element_size()
     return max(1, min(cohort, _CPU_CHUNK_BYTES // (dim * itemsize)))
+
+
+def client_gradient_bytes(grad_fn, x0: torch.Tensor, x: torch.Tensor, y: torch.Tensor, width: int) -> int:
+    """Peak accelerator memory of one client's gradient on a minibatch of `width` samples: its
+    activations, gradient row and workspace, measured as half a two-client call (which counts the call's
+    fixed part twice: a safe side)."""
+    device = x0.device
+    X = x0.expand(2, -1).clone()
+    xb = x[:width].unsqueeze(0).expand(2, *x[:width].shape).contiguous()
+    yb = y[:width].unsqueeze(0).expand(2, *y[:width].shape).contiguous()
+    torch.cuda.synchronize(device)
+    base = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    grad_fn(X, xb, yb, None)
+    torch.cuda.synchronize(device)
+    return max(1, (torch.cuda.max_memory_allocated(device) - base) // 2)
 
 
 EAGER_SYNTHETIC_BYTES = 240_000  # memory per user of the sequential generator's data set (issue 35's measure)
@@ -156,7 +182,15 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
     sizes = clients.size.double()
     objective_weights = sizes / sizes.sum() if cfg.aggregation == "num_samples" else torch.full_like(sizes, 1 / len(sizes))
     # the chunk rule sees every lane's cohort: on an accelerator all of them train at once
-    chunk = client_chunk(int(cfg.engine.client_chunk), cfg.clients_per_round * len(cfgs), flat.dim, dtype, device, executor)
+    client_bytes = free_bytes = 0
+    if device.type == "cuda" and not int(cfg.engine.client_chunk) and executor != "loop" and population is None:
+        from fedbench.runs.batched import available_bytes
+
+        width = int(clients.size.max()) if not cfg.batch_size else min(int(cfg.batch_size), int(clients.size.max()))
+        client_bytes = client_gradient_bytes(grad_fn, x0, dataset.x_train, dataset.y_train, width)
+        free_bytes = available_bytes(device)
+    chunk = client_chunk(int(cfg.engine.client_chunk), cfg.clients_per_round * len(cfgs), flat.dim, dtype, device, executor,
+                         client_bytes, free_bytes)
     state_device = cfg.engine.client_state_device
     info = BuildInfo(fingerprint(parts) if population is None else population.fingerprint, flat.dim, executor,
                      str(device), dataset.num_train, len(dataset.y_test))

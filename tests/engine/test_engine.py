@@ -132,6 +132,11 @@ def test_client_chunk_choice():
     assert client_chunk(0, 100, 199_210, torch.float32, gpu, "vmap") == 100
     assert client_chunk(7, 100, 199_210, torch.float32, gpu, "vmap") == 7
     assert client_chunk(500, 100, 10, torch.float32, cpu, "vmap") == 100
+    # on an accelerator a measured client (activations) caps the chunk at 35% of the free memory
+    assert client_chunk(0, 200, 11_000_000, torch.float32, gpu, "vmap", 2**30, 40 * 2**30) == 14
+    assert client_chunk(0, 10, 11_000_000, torch.float32, gpu, "vmap", 2**30, 40 * 2**30) == 10
+    assert client_chunk(0, 200, 11_000_000, torch.float32, gpu, "vmap", 2**30, 2**30) == 1
+    assert client_chunk(3, 200, 11_000_000, torch.float32, gpu, "vmap", 2**30, 40 * 2**30) == 3  # asked for
 
 
 def test_client_tables_checkpoint_their_rows_without_a_stacked_copy_and_load_the_stacked_layout_too():

@@ -147,6 +147,28 @@ def test_stacked_gradient_equals_vmap_on_cuda(name, shape, classes, task, kwargs
     torch.testing.assert_close(l1, l2, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_conv_clients_measured_memory_is_its_activations_and_caps_the_chunk():
+    """ResNet-18-GN's gradient call holds activations that grow with the minibatch and dwarf its
+    parameters; the automatic chunk on a GPU keeps a chunk's calls within the free memory."""
+    from fedbench.runs.build import client_chunk, client_gradient_bytes
+
+    torch.manual_seed(0)
+    flat = build_model("resnet18_gn", (3, 32, 32), 10, cifar_stem=True)
+    flat.module.cuda()
+    grad = make_grad_fn(flat, "classification", "vmap")
+    x0 = flat.initial_vector().cuda()
+    x, y = torch.randn(64, 3, 32, 32, device="cuda"), torch.randint(0, 10, (64,), device="cuda")
+    client_gradient_bytes(grad, x0, x, y, 8)  # the first call's one-off allocations (cuBLAS workspace)
+    small, large = (client_gradient_bytes(grad, x0, x, y, w) for w in (8, 64))
+    assert small > 4 * flat.dim  # at least the gradient row
+    # activations grow with the batch: at least the stem's [64, 32, 32] output kept per sample
+    assert large - small > (64 - 8) * 64 * 32 * 32 * 4 and large > 2 * small
+    free = torch.cuda.mem_get_info()[0]
+    chunk = client_chunk(0, 10_000, flat.dim, torch.float32, torch.device("cuda"), "vmap", large, free)
+    assert chunk * large <= 0.35 * free < (chunk + 1) * large
+
+
 @pytest.mark.parametrize("name,shape,device,executor", [
     ("cnn", (1, 28, 28), "cuda", "stacked"), ("lenet", (3, 32, 32), "cuda", "stacked"),  # grouped cuDNN convolutions
     ("resnet18_gn", (3, 32, 32), "cuda", "vmap"), ("mlp_2nn", (40,), "cuda", "vmap"),
