@@ -85,6 +85,24 @@ def test_fashion_mnist_from_debian_package():
     assert abs(float(ds.x_train.mean())) < 0.01  # standardised
 
 
+def test_debian_fashion_mnist_copied_elsewhere_is_recognised(tmp_path, monkeypatch):
+    """Debian re-compresses the files (their md5 is not torchvision's); a copy outside /usr/share, where
+    dpkg no longer vouches for it, still loads, and a re-compressed copy of anyone else's is still refused."""
+    import shutil
+
+    from fedbench.core.errors import DataUnavailableError
+
+    require_data(DEBIAN_FASHION_MNIST.is_dir(), f"Fashion-MNIST not installed at {DEBIAN_FASHION_MNIST}")
+    copy = tmp_path / "fm"
+    shutil.copytree(DEBIAN_FASHION_MNIST, copy)
+    monkeypatch.setenv("FEDBENCH_FMNIST_DIR", str(copy))
+    assert DATASETS.get("fmnist")(root="/nonexistent").x_test.shape == (10000, 1, 28, 28)
+    labels = copy / "t10k-labels-idx1-ubyte.gz"
+    labels.write_bytes(gzip.compress(gzip.decompress(labels.read_bytes()), compresslevel=1))
+    with pytest.raises(DataUnavailableError, match="t10k-labels-idx1-ubyte.gz is corrupt or not the original file"):
+        DATASETS.get("fmnist")(root="/nonexistent")
+
+
 def test_synthetic_natural_partition():
     ds = DATASETS.get("synthetic")(num_users=5, alpha=0.5, beta=0.5)
     assert ds.x_train.shape[1] == 60 and set(ds.train_owner.tolist()) == set(range(5))
