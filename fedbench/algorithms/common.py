@@ -32,8 +32,12 @@ def local_sgd(
     """
     extras = work.extras
     X = x0.expand(work.num_clients, -1).clone() if x0.dim() == 1 else x0.clone()
+    plain = data_direction is None and direction is None and prox is None and not (
+        extras.grad_clip or extras.weight_decay or extras.momentum)
     buf = None
     for t in range(work.max_steps):
+        if plain and work.descend(t, X):  # X - lr G in place, where the executor can
+            continue
         batch = work.batch(t)
         G, _ = work.grad(X, batch)
         if data_direction is not None:

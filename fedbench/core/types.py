@@ -122,6 +122,10 @@ class ClientWork(Protocol):
     def active(self, t: int) -> Tensor:
         """[s] bool: clients that still take local step t."""
 
+    def descend(self, t: int, X: Tensor) -> bool:
+        """Plain SGD step t in place on X for the clients still working, if the executor can (else
+        False and X untouched)."""
+
     def masked(self, t: int, new: Tensor, old: Tensor) -> Tensor:
         """Step t's update for the clients still working, `old` for those done."""
 

@@ -313,6 +313,22 @@ class LocalWork:
         return (X.new_zeros(X.shape).index_copy_(0, batch.rows, G),
                 loss.new_zeros(X.shape[0]).index_copy_(0, batch.rows, loss))
 
+    def descend(self, t: int, X: Tensor) -> bool:
+        """Plain local SGD step t in place on X [s, d]: X_i <- X_i - lr grad f_i(X_i; batch_i(t))
+        for the clients still working, where the gradient oracle steps in place (the loop executor,
+        a float lr, outside torch.func transforms); False, X untouched, where it does not (the
+        caller then takes `grad` and `masked`). Same numbers either way."""
+        descend = getattr(self.data.grad_fn, "descend", None)
+        if descend is None or isinstance(self.lr, Tensor) or torch._C._functorch.is_functorch_wrapped_tensor(X):
+            return False
+        batch = self.batch(t)
+        if batch.rows is not None:  # the batch holds the working clients' rows only
+            pairs = [(i, j) for j, i in enumerate(batch.rows.tolist())]
+        else:  # a row per client; the finished ones keep their X
+            pairs = [(i, i) for i in range(self.num_clients) if self._host[3][i] > t]
+        descend(X, pairs, batch.x, batch.y, None if batch.uniform else batch.w, float(self.lr))
+        return True
+
     def full_grad(self, X: Tensor) -> tuple[Tensor, Tensor]:
         """Exact local gradient grad f_i(X_i) and loss f_i(X_i) over the client's whole data."""
         G, loss = None, None

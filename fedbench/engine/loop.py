@@ -114,10 +114,11 @@ def work_groups(steps: list[int], max_chunk: int, spread: float = 1.25, min_rows
     rows, so clients are taken most-steps first and a chunk closes when the next client's steps
     fall below 1/spread of its first's (`work_spread`). A chunk of fewer than `min_rows` clients (which would run as
     a loop) joins the chunk before it when that makes it batchable and leaves at most half of the
-    joined chunk's row-steps idle. Equal work, or spread=inf, keeps the cohort's order in
-    consecutive chunks.
+    joined chunk's row-steps idle. Equal work, spread=inf or max_chunk=1 (the loop executor: its
+    uploads then need no reordering) keeps the cohort's order in consecutive chunks.
     """
-    order = sorted(range(len(steps)), key=lambda i: -steps[i]) if math.isfinite(spread) else range(len(steps))
+    grouped = math.isfinite(spread) and max_chunk > 1  # chunks of one client: nothing to group, no reordering
+    order = sorted(range(len(steps)), key=lambda i: -steps[i]) if grouped else range(len(steps))
     groups: list[list[int]] = []
     for i in order:
         if not groups or len(groups[-1]) == max_chunk or steps[i] * spread < steps[groups[-1][0]]:
