@@ -224,3 +224,35 @@ def test_lanes_that_train_in_turns_are_recorded_and_free_their_client_tables_bef
     assert [done for done, _ in turns] == [0, 1, 2]  # each turn's lane recorded before the next turn starts
     assert [turn_rows for _, turn_rows in turns] == [[0], [0], [0]]
     assert all(not job.state.tables[name].rows for job in finished for name in job.state.tables)  # freed once recorded
+
+
+def test_a_group_writes_its_metrics_to_the_store_as_often_as_one_run(tmp_path, monkeypatch):
+    """A store call costs the same for one round's metrics as for thirty: lanes that each wrote every
+    5 s made the store calls of a 24-job grid cost more than its training."""
+    from fedbench.runs import batched
+    from fedbench.tracking import recorder
+
+    clock, writes = [0.0], []
+
+    def tick():  # one second per reading: each round of each lane
+        clock[0] += 1.0
+        return clock[0]
+
+    flush = recorder.Recorder.flush.__wrapped__
+
+    def counted(self):
+        writes.append(clock[0])
+        return flush(self)
+
+    monkeypatch.setattr(recorder.time, "monotonic", tick)
+    monkeypatch.setattr(recorder.Recorder, "flush", counted)
+    jobs = [batched.GroupJob(make_cfg(f"eta_l={lr}", "num_clients=6", "clients_per_round=3", "rounds=12",
+                                      "tracking.artifacts=false", f"tracking.uri=sqlite:///{tmp_path}/m.db"), tmp_path / str(i))
+            for i, lr in enumerate((0.05, 0.1, 0.2))]
+    results = batched.run_group(jobs, quiet=True)
+    assert all(isinstance(r, dict) for r in results), results
+    client, done = runs(tmp_path / "m.db")
+    assert all(len(client.get_metric_history(r.info.run_id, "test_loss")) == 12 for r in done)  # every round recorded
+    during = writes[: -2 * len(jobs)]  # before each lane's final two (its last checkpoint, its end)
+    # as one run reading the clock once a round: a write at most every 5 readings
+    assert len(during) <= during[-1] / 5, writes
