@@ -283,22 +283,24 @@ class Recorder:
     @store_call
     def finish(self, history: list[dict[str, float]], status: str = "FINISHED", artifacts: bool = True) -> dict[str, Any]:
         """Log rounds-to-target and artifacts, end the run; returns the summary."""
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric, RunTag
 
         self.flush()
         rounds = int(self.cfg.rounds)
         summary: dict[str, Any] = {"run_id": self.run_id, "status": status}
-        targets = {}
+        targets, tags, metrics = {}, {}, []
         # Idempotent: a run killed after this step's first writes and resumed comes here again. Tags and
         # artifacts are overwritten in place; a metric would be appended, so one already logged is kept.
-        logged = self.client.get_run(self.run_id).data.metrics
+        run = self.client.get_run(self.run_id)
         for t in self.cfg.get("targets") or []:
             reached = rounds_to_target(history, float(t))
             targets[float(t)] = reached
             key = target_key(float(t))
-            self.set_tags({key: format_rounds(reached, rounds)})
-            if reached is not None and key not in logged:
-                self.client.log_batch(self.run_id, metrics=[Metric(key, reached, int(time.time() * 1000), 0)])
+            tags[key] = format_rounds(reached, rounds)
+            if reached is not None and key not in run.data.metrics:
+                metrics.append(Metric(key, reached, int(time.time() * 1000), 0))
+        if tags:  # one store call for every target (a call costs the same for one value or a hundred)
+            self.client.log_batch(self.run_id, metrics=metrics, tags=[RunTag(k, v) for k, v in _public(tags).items()])
         summary["rounds_to_target"] = targets
         artifact_names = ["config.yaml"]
         if artifacts and history:
@@ -313,7 +315,7 @@ class Recorder:
                     self.client.log_artifact(self.run_id, str(png))
                     artifact_names.append(png.name)
         summary["artifacts"] = artifact_names
-        summary["artifact_uri"] = self.client.get_run(self.run_id).info.artifact_uri
+        summary["artifact_uri"] = run.info.artifact_uri  # fixed when the run was created
         self.client.set_terminated(self.run_id, status=status)
         return summary
 
