@@ -17,10 +17,13 @@ log = logging.getLogger("fedbench.batched")
 def compose_once(loader) -> None:
     """Hydra's sweeper composes every job of a batch to check it (validate_batch_is_legal), then the
     launcher composes it again to run it; in one process the second is the first's result. The
-    loader keeps each job's config until the launcher takes it (a third request composes afresh)."""
+    loader keeps each job's config until the launcher takes it (a third request composes afresh).
+    Jobs that choose the same config files are composed from one composition of them (SweepComposer)."""
+    from fedbench.runs.sweep_compose import SweepComposer
+
     if getattr(loader, "_fedbench_compose_once", False):
         return
-    compose = loader.load_sweep_config
+    compose = SweepComposer(loader.load_sweep_config)
     kept: dict[tuple[int, tuple[str, ...]], object] = {}
 
     def load_sweep_config(master_config, sweep_overrides):

@@ -128,6 +128,36 @@ def store_call(method):
     return wrapper
 
 
+class Drawing:
+    """A run's metrics.csv and curves.png written into `folder` by a thread of their own (daemon: an
+    interrupted process never waits for it); `result()` waits and gives their paths, or raises what it raised."""
+
+    def __init__(self, history: list[dict[str, float]], folder: Path, title: str):
+        import threading
+
+        self.paths: list[Path] = []
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._draw, args=(history, folder, title), daemon=True)
+        self.thread.start()
+
+    def _draw(self, history, folder: Path, title: str) -> None:
+        try:
+            frame = pd.DataFrame(history)
+            frame.to_csv(folder / "metrics.csv", index=False)
+            self.paths.append(folder / "metrics.csv")
+            png = plot_curves(frame, folder / "curves.png", title)
+            if png is not None:
+                self.paths.append(png)
+        except BaseException as exc:  # noqa: BLE001 - raised again by result()
+            self.error = exc
+
+    def result(self) -> list[Path]:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.paths
+
+
 class Recorder:
     """Buffers per-round metrics and writes them in batches (one MLflow call per flush)."""
 
@@ -282,38 +312,43 @@ class Recorder:
 
     @store_call
     def finish(self, history: list[dict[str, float]], status: str = "FINISHED", artifacts: bool = True) -> dict[str, Any]:
-        """Log rounds-to-target and artifacts, end the run; returns the summary."""
-        from mlflow.entities import Metric
+        """Log rounds-to-target and artifacts, end the run; returns the summary. The artifacts (metrics.csv,
+        curves.png: CPU work) are drawn in a thread while this one waits on the store's commits (disk)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            drawn = Drawing(history, Path(tmp), setting_title(self.cfg)) if artifacts and history else None
+            try:
+                return self._finish(history, status, drawn)
+            finally:
+                if drawn is not None:
+                    drawn.thread.join()
+
+    def _finish(self, history: list[dict[str, float]], status: str, drawn: Drawing | None) -> dict[str, Any]:
+        from mlflow.entities import Metric, RunTag
 
         self.flush()
         rounds = int(self.cfg.rounds)
         summary: dict[str, Any] = {"run_id": self.run_id, "status": status}
-        targets = {}
+        targets, tags, metrics = {}, {}, []
         # Idempotent: a run killed after this step's first writes and resumed comes here again. Tags and
         # artifacts are overwritten in place; a metric would be appended, so one already logged is kept.
-        logged = self.client.get_run(self.run_id).data.metrics
+        run = self.client.get_run(self.run_id)
         for t in self.cfg.get("targets") or []:
             reached = rounds_to_target(history, float(t))
             targets[float(t)] = reached
             key = target_key(float(t))
-            self.set_tags({key: format_rounds(reached, rounds)})
-            if reached is not None and key not in logged:
-                self.client.log_batch(self.run_id, metrics=[Metric(key, reached, int(time.time() * 1000), 0)])
+            tags[key] = format_rounds(reached, rounds)
+            if reached is not None and key not in run.data.metrics:
+                metrics.append(Metric(key, reached, int(time.time() * 1000), 0))
+        if tags:  # one store call for every target (a call costs the same for one value or a hundred)
+            self.client.log_batch(self.run_id, metrics=metrics, tags=[RunTag(k, v) for k, v in _public(tags).items()])
         summary["rounds_to_target"] = targets
         artifact_names = ["config.yaml"]
-        if artifacts and history:
-            frame = pd.DataFrame(history)
-            with tempfile.TemporaryDirectory() as tmp:
-                csv = Path(tmp) / "metrics.csv"
-                frame.to_csv(csv, index=False)
-                self.client.log_artifact(self.run_id, str(csv))
-                png = plot_curves(frame, Path(tmp) / "curves.png", setting_title(self.cfg))
-                artifact_names.append(csv.name)
-                if png is not None:
-                    self.client.log_artifact(self.run_id, str(png))
-                    artifact_names.append(png.name)
+        if drawn is not None:
+            for path in drawn.result():
+                self.client.log_artifact(self.run_id, str(path))
+                artifact_names.append(path.name)
         summary["artifacts"] = artifact_names
-        summary["artifact_uri"] = self.client.get_run(self.run_id).info.artifact_uri
+        summary["artifact_uri"] = run.info.artifact_uri  # fixed when the run was created
         self.client.set_terminated(self.run_id, status=status)
         return summary
 

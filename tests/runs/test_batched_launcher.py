@@ -159,6 +159,8 @@ def test_optuna_trials_are_asked_n_jobs_at_a_time_and_each_batch_is_one_group(tm
 
 
 def test_the_launcher_takes_the_config_the_sweeper_composed_to_check_it():
+    from omegaconf import OmegaConf
+
     from fedbench.runs.launch import compose_once
 
     class Loader:
@@ -166,7 +168,8 @@ def test_the_launcher_takes_the_config_the_sweeper_composed_to_check_it():
 
         def load_sweep_config(self, master_config, sweep_overrides):
             Loader.calls += 1
-            return {"job": list(sweep_overrides), "n": Loader.calls}
+            return OmegaConf.create({"hydra": {"runtime": {"choices": {"seed": "-"}}}, "job": list(sweep_overrides),
+                                     "n": Loader.calls})
 
     loader, master = Loader(), object()
     compose_once(loader)
@@ -175,8 +178,8 @@ def test_the_launcher_takes_the_config_the_sweeper_composed_to_check_it():
     checked = [loader.load_sweep_config(master, job) for job in batch]  # the sweeper's validate_batch_is_legal
     launched = [loader.load_sweep_config(master, job) for job in batch]  # the launcher
     assert Loader.calls == 2 and [c is l for c, l in zip(checked, launched)] == [True, True]
-    again = loader.load_sweep_config(master, ["seed=0"])  # nothing kept any more: composed afresh
-    assert Loader.calls == 3 and again["n"] == 3
+    again = loader.load_sweep_config(master, ["seed=1"])  # nothing kept any more: a copy of its composition
+    assert again == launched[1] and again is not launched[1]
 
 
 def test_the_automatic_cap_counts_every_clients_table_rows(monkeypatch):
@@ -224,3 +227,71 @@ def test_lanes_that_train_in_turns_are_recorded_and_free_their_client_tables_bef
     assert [done for done, _ in turns] == [0, 1, 2]  # each turn's lane recorded before the next turn starts
     assert [turn_rows for _, turn_rows in turns] == [[0], [0], [0]]
     assert all(not job.state.tables[name].rows for job in finished for name in job.state.tables)  # freed once recorded
+
+
+def test_a_group_writes_its_metrics_to_the_store_as_often_as_one_run(tmp_path, monkeypatch):
+    """A store call costs the same for one round's metrics as for thirty: lanes that each wrote every
+    5 s made the store calls of a 24-job grid cost more than its training."""
+    from fedbench.runs import batched
+    from fedbench.tracking import recorder
+
+    clock, writes = [0.0], []
+
+    def tick():  # one second per reading: each round of each lane
+        clock[0] += 1.0
+        return clock[0]
+
+    flush = recorder.Recorder.flush.__wrapped__
+
+    def counted(self):
+        writes.append(clock[0])
+        return flush(self)
+
+    monkeypatch.setattr(recorder.time, "monotonic", tick)
+    monkeypatch.setattr(recorder.Recorder, "flush", counted)
+    jobs = [batched.GroupJob(make_cfg(f"eta_l={lr}", "num_clients=6", "clients_per_round=3", "rounds=12",
+                                      "tracking.artifacts=false", f"tracking.uri=sqlite:///{tmp_path}/m.db"), tmp_path / str(i))
+            for i, lr in enumerate((0.05, 0.1, 0.2))]
+    results = batched.run_group(jobs, quiet=True)
+    assert all(isinstance(r, dict) for r in results), results
+    client, done = runs(tmp_path / "m.db")
+    assert all(len(client.get_metric_history(r.info.run_id, "test_loss")) == 12 for r in done)  # every round recorded
+    during = writes[: -2 * len(jobs)]  # before each lane's final two (its last checkpoint, its end)
+    # as one run reading the clock once a round: a write at most every 5 readings
+    assert len(during) <= during[-1] / 5, writes
+
+
+def test_jobs_of_the_same_config_files_are_composed_once_and_each_is_what_hydra_composes(tmp_path):
+    """Hydra composes a job in ~0.2 s: a 24-job grid spent more composing than training. The jobs' configs
+    (the hydra node included: the task overrides, override_dirname) must be Hydra's own."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    from fedbench.runs.launch import compose_once
+    from tests.conftest import CONF
+
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF)))
+    master = loader.load_configuration("config", ["hydra/launcher=batched", f"hydra.sweep.dir={tmp_path}"], RunMode.MULTIRUN)
+    jobs = [[f"model={m}", f"eta_l={lr}", f"seed={s}"] for m in ("mclr", "mlp_2nn") for lr in (0.1, 0.3) for s in (0, 1)]
+    jobs += [["model=mclr", "seed=3"], ["+extra=1", "seed=0"], ["model=mclr", "no_such_key=1"]]
+    expected = []
+    for job in jobs:
+        try:
+            expected.append(OmegaConf.to_container(loader.load_sweep_config(master, job)))
+        except Exception as exc:
+            expected.append(type(exc))
+    composed = []
+    hydra_compose = loader.load_sweep_config
+    loader.load_sweep_config = lambda master_config, overrides: composed.append(overrides) or hydra_compose(master_config, overrides)
+    compose_once(loader)
+    for job, want in zip(jobs, expected):
+        try:
+            got = OmegaConf.to_container(loader.load_sweep_config(master, job))
+        except Exception as exc:
+            got = type(exc)
+        assert got == want, job
+    # the first job; then one composition per set of files (mclr, mlp_2nn); the +key job and the bad key's
+    # (the copy refused it: Hydra's own error) composed by Hydra
+    assert len(composed) == 1 + 2 + 1 + 1, composed

@@ -120,3 +120,53 @@ def test_errors_come_back_as_raised():
 
     back = _rebuilt(*_answer(Unpicklable("lost")))
     assert isinstance(back, StoreError) and "Unpicklable: lost" in str(back)
+
+
+def test_a_run_s_end_writes_its_targets_in_one_store_call(tmp_path):
+    """A store call costs ~25 ms however much it holds: a grid's runs each ending with a call per target tag and
+    per target metric spent seconds on them. The record holds every target's tag, and the reached ones' metrics."""
+    from fedbench.tracking.recorder import Recorder
+
+    recorder = Recorder(make_cfg("rounds=3", "targets=[0.3,0.5,0.9]", f"tracking.uri=sqlite:///{tmp_path}/m.db"))
+    recorder.check_reachable()
+    run_id = recorder.start({})
+    history = [{"round": r, "test_accuracy": a} for r, a in ((1, 0.2), (2, 0.4), (3, 0.6))]
+    for row in history:
+        recorder.log_round(row)
+    recorder.flush()
+    calls = []
+    log_batch = recorder.client.log_batch
+    recorder.client.log_batch = lambda *args, **kwargs: calls.append(kwargs) or log_batch(*args, **kwargs)
+    recorder.finish(history, artifacts=False)
+    assert len(calls) == 1
+    run = recorder.client.get_run(run_id)
+    assert {k: v for k, v in run.data.tags.items() if k.startswith("rounds_to")} == {
+        "rounds_to_0.3": "2", "rounds_to_0.5": "3", "rounds_to_0.9": ">3"}
+    assert {k: v for k, v in run.data.metrics.items() if k.startswith("rounds_to")} == {"rounds_to_0.3": 2, "rounds_to_0.5": 3}
+
+
+def test_a_run_s_curves_are_drawn_while_its_end_waits_on_the_store(tmp_path, monkeypatch):
+    """Drawing curves.png is CPU work and a store commit is disk work: a grid's runs end faster with both at
+    once. The store's target write waits here until the drawing has started (at most 5 s)."""
+    import threading
+
+    from fedbench.tracking import recorder as recording
+
+    drawing = threading.Event()
+    plot_curves = recording.plot_curves
+
+    def draw(*args, **kwargs):
+        drawing.set()
+        return plot_curves(*args, **kwargs)
+
+    monkeypatch.setattr(recording, "plot_curves", draw)
+    recorder = recording.Recorder(make_cfg("rounds=2", "targets=[0.3]", f"tracking.uri=sqlite:///{tmp_path}/m.db"))
+    recorder.check_reachable()
+    run_id = recorder.start({})
+    history = [{"round": 1, "test_accuracy": 0.2, "test_loss": 2.0}, {"round": 2, "test_accuracy": 0.4, "test_loss": 1.0}]
+    log_batch, overlapped = recorder.client.log_batch, []
+    recorder.client.log_batch = lambda *args, **kwargs: overlapped.append(drawing.wait(5)) or log_batch(*args, **kwargs)
+    summary = recorder.finish(history)
+    assert overlapped == [True]
+    assert summary["artifacts"] == ["config.yaml", "metrics.csv", "curves.png"]
+    assert {a.path for a in recorder.client.list_artifacts(run_id)} == {"config.yaml", "metrics.csv", "curves.png"}
