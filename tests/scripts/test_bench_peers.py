@@ -24,6 +24,7 @@ bench = importlib.util.module_from_spec(spec)
 sys.modules["bench_peers"] = bench
 spec.loader.exec_module(bench)
 
+THREADS = torch.get_num_threads()
 # 60 samples per client: an epoch is a step of 50 and a short step of 10.
 TINY = dict(model="mclr", num_clients=20, per_client=60, cohort=4)
 
@@ -120,3 +121,79 @@ def test_frameworks_run_interleaved_and_rows_are_medians():
     assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
     assert bench.combined(results["a"])["seconds"] == 6.0  # runs 1, 6, 8: their median
     assert "error" in bench.combined([{"error": "exit 1"}, *results["a"]])
+
+
+def trajectory(*deviations: float, accuracy: float = 50.0) -> dict:
+    """A run whose global model is off the zero model by `deviations[r]` (max abs) after round r+1."""
+    models = torch.zeros(len(deviations), 3)
+    models[:, 1] = torch.tensor(deviations)
+    return {"models": models, "accuracy": accuracy}
+
+
+def test_the_rounds_check_tells_chaos_from_another_computation():
+    """Round by round against the noise floor: drift that follows it passes; a jump at round 2, while
+    the floor is still ~1e-7, fails even though round 1 agrees and the drift later looks alike."""
+    seq, floor = trajectory(0, 0, 0, 0), trajectory(1e-8, 1e-7, 2e-3, 1e-2)
+    chaotic = trajectory(3e-8, 5e-7, 4e-3, 9e-2, accuracy=51.2)
+    assert bench.checks(chaotic, seq, floor, True) == ["round1 ok", "rounds ok (floor < 1e-04 to round 2)", "acc FAIL (1.20 pt)"]
+    other = trajectory(3e-8, 1e-3, 4e-3, 9e-2, accuracy=50.1)
+    assert bench.checks(other, seq, floor, True) == ["round1 ok", "rounds FAIL from round 2", "acc ok (0.10 pt)"]
+    assert bench.checks(trajectory(2e-4, 2e-4), seq, None, False) == ["round1 FAIL"]
+    assert bench.deviations(trajectory(1.0, 2.0, 3.0)["models"], seq["models"][:2]) == [1.0, 2.0]
+
+
+def test_the_rounds_check_fails_on_a_computation_that_changes_after_round_one(monkeypatch):
+    """The sequential loop with each client's batches reversed from round 2 on (round 1 as seq's)
+    against seq, with seq at another thread count as the noise floor."""
+    seq = bench.run_seq(TINY, 3)
+    torch.set_num_threads(bench.noise_threads(0))
+    try:
+        floor = bench.run_seq(TINY, 3)
+    finally:
+        torch.set_num_threads(THREADS)
+    original = bench.client_batches
+    monkeypatch.setattr(bench, "client_batches", lambda fed, r, ids: [b[::-1] if r else b for b in original(fed, r, ids)])
+    late = bench.run_seq(TINY, 3)
+    assert bench.checks(floor, seq, None, True)[0] == "round1 ok"
+    assert bench.checks(late, seq, floor, True)[:2] == ["round1 ok", "rounds FAIL from round 2"]
+    assert bench.checks(seq, seq, floor, True)[:2] == ["round1 ok", "rounds ok (floor < 1e-04 to round 3)"]
+
+
+@pytest.mark.parametrize("framework", ["fedbench", "flower", "pfl"])
+def test_each_framework_replays_the_models_it_is_given(framework):
+    """With `replay`, every framework starts round r from the given model of round r-1 (here seq's,
+    shifted by 0.1 noise so that ignoring it shows) and ends each round where seq does from it."""
+    require_data(importlib.util.find_spec(framework.replace("flower", "flwr")) is not None,
+                 f"{framework} is the `peers` extra (scripts/install_test_deps.sh)")
+    own = bench.run_seq(TINY_DIR, 3)
+    given = own["models"][:2] + 0.1 * torch.randn(own["models"][:2].shape, generator=torch.Generator().manual_seed(0))
+    seq, peer = bench.run_seq(TINY_DIR, 3, given), bench.RUNNERS[framework](TINY_DIR, 3, given)
+    assert min(bench.deviations(seq["models"], own["models"])[1:]) > 1e-2  # the given models changed seq's rounds 2, 3
+    assert max(bench.deviations(peer["models"], seq["models"])) <= bench.ROUND1_TOL
+
+
+def test_the_replay_check_fails_on_a_computation_that_changes_after_round_one(monkeypatch):
+    """Replayed from seq's models, a loop whose batches are reversed from round 2 on fails at round 2;
+    the same loop at another thread count (the noise floor) passes."""
+    seq = bench.run_seq(TINY, 3)
+    torch.set_num_threads(bench.noise_threads(0))
+    try:
+        floor = bench.run_seq(TINY, 3, seq["models"][:2])
+    finally:
+        torch.set_num_threads(THREADS)
+    original = bench.client_batches
+    monkeypatch.setattr(bench, "client_batches", lambda fed, r, ids: [b[::-1] if r else b for b in original(fed, r, ids)])
+    late = bench.run_seq(TINY, 3, seq["models"][:2])
+    step = bench.deviations(late["models"], seq["models"])
+    noise = {**floor, "replayed": floor["models"]}
+    assert bench.checks({**late, "replayed": late["models"]}, seq, noise, False)[2] == f"replay FAIL from round 2 ({step[1]:.0e})"
+    assert bench.checks({**floor, "replayed": floor["models"]}, seq, None, False)[1].startswith("replay ok")
+
+
+def test_the_replay_check_is_bounded_by_the_replayed_noise_floor():
+    seq, floor = trajectory(0, 0, 0), trajectory(1e-8, 1e-7, 1e-7)
+    floor["replayed"] = trajectory(1e-8, 6e-4, 1e-7)["models"]
+    row = {**trajectory(3e-8, 1e-3, 1e-2), "replayed": trajectory(3e-8, 5e-3, 2e-6)["models"]}
+    assert bench.checks(row, seq, floor, False)[1:] == ["rounds FAIL from round 2", "replay ok (max 5e-03)"]
+    row["replayed"] = trajectory(3e-8, 5e-3, 2e-4)["models"]
+    assert bench.checks(row, seq, floor, False)[2] == "replay FAIL from round 3 (2e-04)"
