@@ -27,20 +27,22 @@ seeded model), train the cohorts of fedbench.core.streams.sample_cohort, visit e
 samples in the order that fedbench.engine.local.LocalWork.batch gives (the peers' shuffling is
 replaced by that order), and average the cohort's models uniformly (fedbench's default
 `aggregation=uniform`; Flower's FedAvg would weight by examples: its clients report a weight of 1
-under the key the strategy weights by). Checks (`checks` says what each one means): every
-framework's round-1 global model equals `seq`'s to 1e-4 (max abs); every round's deviation from
-`seq` stays within 10x the noise floor's in the same round; test accuracies after the last round
-agree within 0.5 points. The noise floor (row `seq-noise`) is `seq` rerun with another torch thread
-count: the same computation with other float rounding. On chaotic workloads (many unequal local
-steps, e.g. cnn100dir) rounding differences grow over the rounds, and this row shows by how much
-rounding alone moves the model and the final accuracy; a line per framework prints its deviation
-from `seq` after every round.
+under the key the strategy weights by). Checks (`checks` says what each one means and what it
+cannot see): round1, every framework's round-1 global model equals `seq`'s to 1e-4 (max abs);
+rounds, every round's deviation from `seq` stays within 10x the noise floor's in that round;
+replay, the framework rerun untimed with `seq`'s global model put in place at the start of every
+round ends each round within 10x the replayed noise floor (or 1e-4) of `seq`'s model; acc, test
+accuracies after the last round agree within 0.5 points. The noise floor (row `seq-noise`) is `seq`
+rerun with another torch thread count: the same computation with other float rounding. On chaotic
+workloads (many unequal local steps, e.g. cnn100dir) rounding differences grow over the rounds and
+within a round: that row shows by how much rounding alone moves the model and the final accuracy,
+and a line per framework prints its deviation from `seq` after every round, free and replayed.
 Each framework runs --runs times, the frameworks interleaved (run k of every framework before
 run k+1 of any, the order rotated each time) so that a change of load hits them alike; a row is
 the median over runs of each run's median seconds per round.
 
     PYTHONPATH=. /tmp/peers/bin/python scripts/bench_peers.py [--workloads mlp100,cnn100,mlp1000]
-        [--frameworks fedbench,seq,flower,pfl] [--rounds 30] [--pfl-python /tmp/pflenv/bin/python]
+        [--frameworks fedbench,seq,flower,pfl] [--rounds 30] [--pfl-python /tmp/pflenv/bin/python] [--no-replay]
 
 Install the peers with `pip install -e .[peers]` (flwr[simulation], pfl); pfl may need its own
 virtual env (`--pfl-python`). Seconds per round are medians over rounds 6 and later.
