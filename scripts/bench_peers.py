@@ -29,7 +29,6 @@ replaced by that order), and average the cohort's models uniformly (fedbench's d
 `aggregation=uniform`; Flower's FedAvg would weight by examples: its clients report a weight of 1
 under the key the strategy weights by). Checks (`checks` says what each one means and what it
 cannot see): round1, every framework's round-1 global model equals `seq`'s to 1e-4 (max abs);
-rounds, every round's deviation from `seq` stays within 10x the noise floor's in that round;
 replay, the framework rerun untimed with `seq`'s global model put in place at the start of every
 round ends each round within 10x the replayed noise floor (or 1e-4) of `seq`'s model; acc, test
 accuracies after the last round agree within 0.5 points. The noise floor (row `seq-noise`) is `seq`
@@ -79,7 +78,7 @@ WORKLOADS = {
 BATCH, LR, SEED = 50, 0.05, 0
 TIMED_FROM = 6  # rounds 1..5 are warm-up
 ROUND1_TOL, ACC_TOL = 1e-4, 0.5
-NOISE_FACTOR = 10  # rounds check: a round's deviation may exceed the noise floor's by this much
+NOISE_FACTOR = 10  # replay check: a round's deviation may exceed the noise floor's by this much
 FRAMEWORKS = ("fedbench", "seq", "flower", "pfl")
 NOISE = "seq-noise"  # seq again with another thread count: the noise floor row, not a framework
 
@@ -419,27 +418,23 @@ def checks(row: dict, reference: dict, noise: dict | None, same_rounds: bool) ->
 
     round1  the global model after round 1 equals seq's to ROUND1_TOL (max abs): same initial model,
             cohort, minibatches, learning rate and averaging.
-    rounds  every round's deviation from seq is at most NOISE_FACTOR times the noise floor's in that
-            round (or ROUND1_TOL, whichever is larger). Float rounding differences grow over the rounds
-            on some workloads (many unequal local steps at a high learning rate); the floor shows how
-            far the same computation drifts by rounding alone, so a different computation from round
-            r on shows as a jump above it at round r while the floor is still small. It cannot see a
-            difference that starts once the floor has grown large (`floor < 1e-04 to round k` says
-            how long it stays small).
-    replay  the same bound on each round alone: every round, started from seq's model of the round
-            before, ends near seq's model of that round (the floor: the noise row replayed). Rounding
-            grows within one round only, so a difference in any round's cohort, minibatches, learning
-            rate or averaging shows in that round.
+    replay  every round, started from seq's model of the round before, ends within NOISE_FACTOR times
+            the noise floor's deviation in that round (the noise row replayed alike; at least
+            ROUND1_TOL) of seq's model of that round. Rounding grows within one round only, so a
+            difference in any round's cohort, minibatches, learning rate or averaging shows in that
+            round, unless rounding alone swings that round as much
+            (cnn100dir: seq at 1 vs 2 threads differs 6e-4 in round 2 and 8e-4 in round 9 from the same
+            start, 1e-6 in most rounds; reversed minibatches or lr 0.045 in one round: 2e-3 to 4e-3).
+            Not checked: the free-running deviation after round r against the noise row's. Rounding
+            differences grow over the rounds on chaotic workloads, from a seed (the round-1 deviation)
+            that differs between frameworks: fedbench's stacked executor starts 8e-6 off on mlp100dir,
+            the noise row 1e-8, and is 2e-4 off after round 2 against the row's 5e-6, while replayed
+            it is 1e-8 off in rounds 2 to 4. Those deviations are printed, not judged.
     acc     final test accuracies agree within ACC_TOL points. Where rounding alone moves the final
             accuracy by that much (the noise row's own gap), this check measures chaos, not the frameworks.
     """
     dev = deviations(row["models"], reference["models"])
     out = [f"round1 {'ok' if dev[0] <= ROUND1_TOL else 'FAIL'}"]
-    if noise is not None and len(dev) > 1:
-        floor = deviations(noise["models"], reference["models"])
-        bad = first_above_floor(dev, floor)
-        sharp = next((r for r, f in enumerate(floor) if f > ROUND1_TOL), len(floor))
-        out.append(f"rounds ok (floor < {ROUND1_TOL:.0e} to round {sharp})" if bad is None else f"rounds FAIL from round {bad}")
     if "replayed" in row:
         step = deviations(row["replayed"], reference["models"])
         floor = deviations(noise["replayed"], reference["models"]) if noise is not None and "replayed" in noise else None
@@ -463,7 +458,7 @@ def run_child(framework: str, workload: str, rounds: int, python: str, threads: 
                "--threads", str(threads)]
         if replay is not None:
             torch.save(replay, Path(tmp) / "replay.pt")
-            cmd += ["--replay", str(Path(tmp) / "replay.pt")]
+            cmd += ["--replay-from", str(Path(tmp) / "replay.pt")]
         launched = time.time()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -539,14 +534,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10, help="timed repeats of the bare loop")
     parser.add_argument("--child", choices=list(RUNNERS), help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
-    parser.add_argument("--replay", help=argparse.SUPPRESS)
+    parser.add_argument("--replay-from", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
 
     if args.child:
         torch.manual_seed(SEED)
-        replay = torch.load(args.replay, weights_only=True) if args.replay else None
+        replay = torch.load(args.replay_from, weights_only=True) if args.replay_from else None
         result = RUNNERS[args.child](WORKLOADS[args.workloads], int(args.rounds), replay)
         del result["round1"]  # models[0]
         torch.save(result.pop("models"), Path(args.out).with_suffix(".pt"))
