@@ -305,7 +305,7 @@ def run_flower(workload: dict, rounds: int, replay: torch.Tensor | None = None) 
         while len(list(grid.get_node_ids())) < fed.clients.num_clients:  # nodes still registering
             time.sleep(0.05)
         strategy = CohortFedAvg(fraction_evaluate=0.0, weighted_by_key=UNIFORM_KEY)
-        out = strategy.start(grid=grid, initial_arrays=ArrayRecord(module.state_dict()), num_rounds=rounds)
+        strategy.start(grid=grid, initial_arrays=ArrayRecord(module.state_dict()), num_rounds=rounds)
         clock.end = time.time()
 
     client = ClientApp()
@@ -610,9 +610,10 @@ def main() -> None:
                 trajectories[fw] = deviations(res["models"], reference["models"])
                 dev = trajectories[fw][0]
                 same_rounds = R == rounds[workload] == results["seq"][0]
-                row_checks = checks(res, reference, noise if fw != NOISE else None, same_rounds)
-            if fw == NOISE:
-                row_checks = [f"noise floor: seq with {noise_threads(args.threads)} thread(s), not a framework"] + row_checks
+                row_checks = checks(res, reference, noise, same_rounds) if fw != NOISE else [
+                    f"noise floor, not judged: seq with {noise_threads(args.threads)} thread(s), replayed max "
+                    f"{max(deviations(res.get('replayed', res['models']), reference['models'])):.0e}, "
+                    f"acc gap {abs(res['accuracy'] - reference['accuracy']):.2f} pt"]
             ratio = f"{t / base:>9.2f}" if base and fw != NOISE else f"{'-':>9}"
             name = fw + (f"[{res['executor']}]" if "executor" in res else "")
             print(f"{workload:<10} {name:<17} {R:>6} {t:>8.4f} {res['startup']:>8.1f} {ratio} {t / bare:>7.2f} "
