@@ -27,14 +27,21 @@ seeded model), train the cohorts of fedbench.core.streams.sample_cohort, visit e
 samples in the order that fedbench.engine.local.LocalWork.batch gives (the peers' shuffling is
 replaced by that order), and average the cohort's models uniformly (fedbench's default
 `aggregation=uniform`; Flower's FedAvg would weight by examples: its clients report a weight of 1
-under the key the strategy weights by). Checks: every framework's round-1 global model equals
-`seq`'s to 1e-4 (max abs), and test accuracies after the last round agree within 0.5 points.
+under the key the strategy weights by). Checks (`checks` says what each one means and what it
+cannot see): round1, every framework's round-1 global model equals `seq`'s to 1e-4 (max abs);
+replay, the framework rerun untimed with `seq`'s global model put in place at the start of every
+round ends each round within 10x the replayed noise floor (or 1e-4) of `seq`'s model; acc, test
+accuracies after the last round agree within 0.5 points. The noise floor (row `seq-noise`) is `seq`
+rerun with another torch thread count: the same computation with other float rounding. On chaotic
+workloads (many unequal local steps, e.g. cnn100dir) rounding differences grow over the rounds and
+within a round: that row shows by how much rounding alone moves the model and the final accuracy,
+and a line per framework prints its deviation from `seq` after every round, free and replayed.
 Each framework runs --runs times, the frameworks interleaved (run k of every framework before
 run k+1 of any, the order rotated each time) so that a change of load hits them alike; a row is
 the median over runs of each run's median seconds per round.
 
     PYTHONPATH=. /tmp/peers/bin/python scripts/bench_peers.py [--workloads mlp100,cnn100,mlp1000]
-        [--frameworks fedbench,seq,flower,pfl] [--rounds 30] [--pfl-python /tmp/pflenv/bin/python]
+        [--frameworks fedbench,seq,flower,pfl] [--rounds 30] [--pfl-python /tmp/pflenv/bin/python] [--no-replay]
 
 Install the peers with `pip install -e .[peers]` (flwr[simulation], pfl); pfl may need its own
 virtual env (`--pfl-python`). Seconds per round are medians over rounds 6 and later.
@@ -71,7 +78,9 @@ WORKLOADS = {
 BATCH, LR, SEED = 50, 0.05, 0
 TIMED_FROM = 6  # rounds 1..5 are warm-up
 ROUND1_TOL, ACC_TOL = 1e-4, 0.5
+NOISE_FACTOR = 10  # replay check: a round's deviation may exceed the noise floor's by this much
 FRAMEWORKS = ("fedbench", "seq", "flower", "pfl")
+NOISE = "seq-noise"  # seq again with another thread count: the noise floor row, not a framework
 
 
 # -- the shared workload -------------------------------------------------------------------------
@@ -144,6 +153,12 @@ def to_vector(module_or_sd) -> torch.Tensor:
     return torch.cat([torch.as_tensor(v).reshape(-1).float() for v in sd.values()])
 
 
+def to_state_dict(vector: torch.Tensor, like: dict) -> dict:
+    """The inverse of to_vector for a state dict shaped as `like`."""
+    sizes = [v.numel() for v in like.values()]
+    return {k: p.reshape(v.shape).to(v.dtype).clone() for (k, v), p in zip(like.items(), vector.split(sizes))}
+
+
 def accuracy(fed, vector: torch.Tensor) -> float:
     data = fed.dataset
     with torch.no_grad():
@@ -161,26 +176,31 @@ class Clock:
     def tick(self):
         self.starts.append(time.time())
 
-    def result(self, round1: torch.Tensor, final: torch.Tensor, fed) -> dict:
+    def result(self, models: list[torch.Tensor], fed) -> dict:
+        """`models`: the global model after each round (1, 2, ...)."""
         ends = [*self.starts[1:], self.end or time.time()]
         return {
             "first_round_at": self.starts[0],
             "round_times": [e - s for s, e in zip(self.starts, ends)],
-            "round1": round1,
-            "accuracy": accuracy(fed, final),
+            "round1": models[0],
+            "models": torch.stack([m.float() for m in models]),
+            "accuracy": accuracy(fed, models[-1]),
         }
 
 
 # -- the frameworks (each runs in a child process) --------------------------------------------------
-def run_fedbench(workload: dict, rounds: int) -> dict:
+# Each runner takes `replay`: None, or seq's global models after rounds 1..R-1, which then replace
+# the runner's own global model at the start of rounds 2..R (checks: `replay`).
+def run_fedbench(workload: dict, rounds: int, replay: torch.Tensor | None = None) -> dict:
     from fedbench.engine.loop import initial_state, run
 
     fed, info = federation(workload, rounds)
-    clock, round1 = Clock(), {}
+    clock, models = Clock(), []
 
     def on_round(state, metrics):
-        if state.round == 1:
-            round1["x"] = fed.algorithm.model(state.server).clone()
+        models.append(fed.algorithm.model(state.server).clone())
+        if replay is not None and state.round < rounds:
+            state.server = fed.algorithm.init(replay[state.round - 1].to(fed.x0.dtype))
         if state.round < rounds:
             clock.tick()
 
@@ -188,20 +208,22 @@ def run_fedbench(workload: dict, rounds: int) -> dict:
     clock.tick()
     state = run(fed, state, on_round)
     clock.end = time.time()
-    out = clock.result(round1["x"], fed.algorithm.model(state.server), fed)
+    out = clock.result(models, fed)
     out["executor"] = info.executor
     return out
 
 
-def run_seq(workload: dict, rounds: int) -> dict:
+def run_seq(workload: dict, rounds: int, replay: torch.Tensor | None = None) -> dict:
     fed, _ = federation(workload, rounds)
     module = fed.flat.module
     torch.nn.utils.vector_to_parameters(fed.x0.clone(), module.parameters())
     x, y = fed.clients.x, fed.clients.y
     global_sd = {k: v.detach().clone() for k, v in module.state_dict().items()}
-    clock, round1 = Clock(), None
+    clock, models = Clock(), []
     for r in range(rounds):
         clock.tick()
+        if replay is not None and r:
+            global_sd = to_state_dict(replay[r - 1], global_sd)
         ids = cohort(fed, r)
         batches = client_batches(fed, r, ids)
         acc = {k: torch.zeros_like(v) for k, v in global_sd.items()}
@@ -210,10 +232,9 @@ def run_seq(workload: dict, rounds: int) -> dict:
             for k in acc:
                 acc[k] += sd[k] / len(ids)
         global_sd = acc
-        if r == 0:
-            round1 = to_vector(global_sd)
+        models.append(to_vector(global_sd))
     clock.end = time.time()
-    return clock.result(round1, to_vector(global_sd), fed)
+    return clock.result(models, fed)
 
 
 _ACTOR: dict = {}  # per Ray worker process: the federation, loaded once
@@ -238,7 +259,7 @@ def _flower_train(msg, context):
     return Message(content, reply_to=msg)
 
 
-def run_flower(workload: dict, rounds: int) -> dict:
+def run_flower(workload: dict, rounds: int, replay: torch.Tensor | None = None) -> dict:
     from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
     from flwr.clientapp import ClientApp
     from flwr.serverapp import ServerApp
@@ -250,13 +271,15 @@ def run_flower(workload: dict, rounds: int) -> dict:
     fed, _ = federation(workload, rounds)
     module = fed.flat.module
     torch.nn.utils.vector_to_parameters(fed.x0.clone(), module.parameters())
-    clock, result, grid_nodes = Clock(), {}, []
+    clock, result, grid_nodes = Clock(), {"models": []}, []
 
     class CohortFedAvg(FedAvg):
         """FedAvg sending round r's fedbench cohort; node k of the sorted node ids serves client k."""
 
         def configure_train(self, server_round, arrays, config, grid):
             clock.tick()
+            if replay is not None and server_round > 1:
+                arrays = ArrayRecord(to_state_dict(replay[server_round - 2], arrays.to_torch_state_dict()))
             grid_nodes[:] = grid.get_node_ids()
             nodes = sorted(grid_nodes)
             messages = []
@@ -272,8 +295,7 @@ def run_flower(workload: dict, rounds: int) -> dict:
             position = {nodes[cid]: k for k, cid in enumerate(cohort(fed, server_round - 1))}
             replies = sorted(replies, key=lambda reply: position[reply.metadata.src_node_id])
             arrays, metrics = super().aggregate_train(server_round, replies)
-            if server_round == 1:
-                result["round1"] = to_vector(arrays.to_torch_state_dict())
+            result["models"].append(to_vector(arrays.to_torch_state_dict()))
             return arrays, metrics
 
     server = ServerApp()
@@ -283,17 +305,16 @@ def run_flower(workload: dict, rounds: int) -> dict:
         while len(list(grid.get_node_ids())) < fed.clients.num_clients:  # nodes still registering
             time.sleep(0.05)
         strategy = CohortFedAvg(fraction_evaluate=0.0, weighted_by_key=UNIFORM_KEY)
-        out = strategy.start(grid=grid, initial_arrays=ArrayRecord(module.state_dict()), num_rounds=rounds)
+        strategy.start(grid=grid, initial_arrays=ArrayRecord(module.state_dict()), num_rounds=rounds)
         clock.end = time.time()
-        result["final"] = to_vector(out.arrays.to_torch_state_dict())
 
     client = ClientApp()
     client.train()(bench_peers._flower_train)
     run_simulation(server_app=server, client_app=client, num_supernodes=fed.clients.num_clients)
-    return clock.result(result["round1"], result["final"], fed)
+    return clock.result(result["models"], fed)
 
 
-def run_pfl(workload: dict, rounds: int) -> dict:
+def run_pfl(workload: dict, rounds: int, replay: torch.Tensor | None = None) -> dict:
     from pfl.aggregate.simulate import SimulatedBackend
     from pfl.algorithm import FederatedAveraging, NNAlgorithmParams
     from pfl.callback.base import TrainingProcessCallback
@@ -340,7 +361,7 @@ def run_pfl(workload: dict, rounds: int) -> dict:
         local_optimizer_create=torch.optim.SGD,
         central_optimizer=torch.optim.SGD(net.parameters(), lr=1.0),
     )
-    clock, round1 = Clock(), {}
+    clock, models = Clock(), []
 
     class Timer(TrainingProcessCallback):
         def on_train_begin(self, *, model):
@@ -348,8 +369,10 @@ def run_pfl(workload: dict, rounds: int) -> dict:
             return Metrics()
 
         def after_central_iteration(self, aggregate_metrics, model, *, central_iteration):
-            if central_iteration == 0:
-                round1["x"] = to_vector(net)
+            models.append(to_vector(net))
+            if replay is not None and central_iteration + 1 < rounds:
+                with torch.no_grad():
+                    torch.nn.utils.vector_to_parameters(replay[central_iteration].clone(), net.parameters())
             if central_iteration + 1 < rounds:
                 clock.tick()
             return False, Metrics()
@@ -362,14 +385,70 @@ def run_pfl(workload: dict, rounds: int) -> dict:
     train_params = NNTrainHyperParams(local_num_epochs=1, local_learning_rate=fed.eta_l, local_batch_size=BATCH)
     FederatedAveraging().run(algo_params, backend, model, train_params, None, callbacks=[Timer()])
     clock.end = time.time()
-    return clock.result(round1["x"], to_vector(net), fed)
+    return clock.result(models, fed)
 
 
-RUNNERS = {"fedbench": run_fedbench, "seq": run_seq, "flower": run_flower, "pfl": run_pfl}
+RUNNERS = {"fedbench": run_fedbench, "seq": run_seq, "flower": run_flower, "pfl": run_pfl, NOISE: run_seq}
+
+
+def noise_threads(threads: int) -> int:
+    """The noise floor's thread count: another one than the frameworks' (0: torch's default)."""
+    return 1 if (threads or torch.get_num_threads()) != 1 else 2
+
+
+# -- the checks --------------------------------------------------------------------------------------
+def deviations(models: torch.Tensor, reference: torch.Tensor) -> list[float]:
+    """Max-abs distance of the global model from the reference's after each round both ran."""
+    R = min(len(models), len(reference))
+    return (models[:R] - reference[:R]).abs().amax(1).tolist()
+
+
+def first_above_floor(dev: list[float], floor: list[float] | None) -> int | None:
+    """The first round (from 1) whose deviation exceeds max(ROUND1_TOL, NOISE_FACTOR x the floor's
+    in that round), None if none does; no floor: ROUND1_TOL alone."""
+    floor = floor or [0.0] * len(dev)
+    return next((r + 1 for r, (d, f) in enumerate(zip(dev, floor)) if d > max(ROUND1_TOL, NOISE_FACTOR * f)), None)
+
+
+def checks(row: dict, reference: dict, noise: dict | None, same_rounds: bool) -> list[str]:
+    """A row's checks against `seq` (`reference`). `noise` is seq rerun with another thread count (the
+    same computation, other float rounding: the noise floor), None where it did not run. A row's
+    "models" are its global models after each round; "replayed", where present, the models of the
+    same framework run again with seq's global model put in place at the start of every round.
+
+    round1  the global model after round 1 equals seq's to ROUND1_TOL (max abs): same initial model,
+            cohort, minibatches, learning rate and averaging.
+    replay  every round, started from seq's model of the round before, ends within NOISE_FACTOR times
+            the noise floor's deviation in that round (the noise row replayed alike; at least
+            ROUND1_TOL) of seq's model of that round. Rounding grows within one round only, so a
+            difference in any round's cohort, minibatches, learning rate or averaging shows in that
+            round, unless rounding alone swings that round as much
+            (cnn100dir: seq at 1 vs 2 threads differs 6e-4 in round 2 and 8e-4 in round 9 from the same
+            start, 1e-6 in most rounds; reversed minibatches or lr 0.045 in one round: 2e-3 to 4e-3).
+            Not checked: the free-running deviation after round r against the noise row's. Rounding
+            differences grow over the rounds on chaotic workloads, from a seed (the round-1 deviation)
+            that differs between frameworks: fedbench's stacked executor starts 8e-6 off on mlp100dir,
+            the noise row 1e-8, and is 2e-4 off after round 2 against the row's 5e-6, while replayed
+            it is 1e-8 off in rounds 2 to 4. Those deviations are printed, not judged.
+    acc     final test accuracies agree within ACC_TOL points. Where rounding alone moves the final
+            accuracy by that much (the noise row's own gap), this check measures chaos, not the frameworks.
+    """
+    dev = deviations(row["models"], reference["models"])
+    out = [f"round1 {'ok' if dev[0] <= ROUND1_TOL else 'FAIL'}"]
+    if "replayed" in row:
+        step = deviations(row["replayed"], reference["models"])
+        floor = deviations(noise["replayed"], reference["models"]) if noise is not None and "replayed" in noise else None
+        bad = first_above_floor(step, floor)
+        out.append(f"replay ok (max {max(step):.0e})" if bad is None else f"replay FAIL from round {bad} ({step[bad - 1]:.0e})")
+    if same_rounds:
+        gap = abs(row["accuracy"] - reference["accuracy"])
+        out.append(f"acc {'ok' if gap <= ACC_TOL else 'FAIL'} ({gap:.2f} pt)")
+    return out
 
 
 # -- the orchestrator -------------------------------------------------------------------------------
-def run_child(framework: str, workload: str, rounds: int, python: str, threads: int) -> dict:
+def run_child(framework: str, workload: str, rounds: int, python: str, threads: int,
+              replay: torch.Tensor | None = None) -> dict:
     """Runs one framework in a fresh process; start-up is launch to the start of round 1."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
@@ -377,6 +456,9 @@ def run_child(framework: str, workload: str, rounds: int, python: str, threads: 
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent), str(here), os.environ.get("PYTHONPATH", "")])}
         cmd = [python, __file__, "--child", framework, "--workloads", workload, "--rounds", str(rounds), "--out", str(out),
                "--threads", str(threads)]
+        if replay is not None:
+            torch.save(replay, Path(tmp) / "replay.pt")
+            cmd += ["--replay-from", str(Path(tmp) / "replay.pt")]
         launched = time.time()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -384,7 +466,8 @@ def run_child(framework: str, workload: str, rounds: int, python: str, threads: 
             log.write_text(proc.stdout + proc.stderr)
             return {"error": f"exit {proc.returncode}, output in {log}"}
         result = json.loads(out.read_text())
-        result["round1"] = torch.load(out.with_suffix(".pt"), weights_only=True)
+        result["models"] = torch.load(out.with_suffix(".pt"), weights_only=True)
+        result["round1"] = result["models"][0]
     result["startup"] = result.pop("first_round_at") - launched
     return result
 
@@ -446,17 +529,22 @@ def main() -> None:
     parser.add_argument("--pfl-python", default=sys.executable, help="interpreter of pfl's virtual env")
     parser.add_argument("--runs", type=int, default=3, help="runs of each framework, interleaved; rows are medians")
     parser.add_argument("--threads", type=int, default=0, help="torch threads in every framework (0: torch's default)")
+    parser.add_argument("--no-replay", dest="replay", action="store_false",
+                        help="skip the replay check (each framework rerun, untimed, from seq's model every round)")
     parser.add_argument("--repeats", type=int, default=10, help="timed repeats of the bare loop")
-    parser.add_argument("--child", choices=FRAMEWORKS, help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=list(RUNNERS), help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--replay-from", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
 
     if args.child:
         torch.manual_seed(SEED)
-        result = RUNNERS[args.child](WORKLOADS[args.workloads], int(args.rounds))
-        torch.save(result.pop("round1"), Path(args.out).with_suffix(".pt"))
+        replay = torch.load(args.replay_from, weights_only=True) if args.replay_from else None
+        result = RUNNERS[args.child](WORKLOADS[args.workloads], int(args.rounds), replay)
+        del result["round1"]  # models[0]
+        torch.save(result.pop("models"), Path(args.out).with_suffix(".pt"))
         Path(args.out).write_text(json.dumps(result))
         return
 
@@ -480,30 +568,63 @@ def main() -> None:
             R = rounds[workload]
             return min(R, args.flower_rounds) if fw == "flower" and args.flower_rounds else R
 
-        def one_run(fw: str) -> dict:
+        def one_run(fw: str, replay: torch.Tensor | None = None) -> dict:
             python = args.pfl_python if fw == "pfl" else sys.executable
-            return run_child(fw, workload, rounds_of(fw), python, args.threads)
+            threads = noise_threads(args.threads) if fw == NOISE else args.threads
+            result = run_child(fw, workload, rounds_of(fw), python, threads, replay)
+            if replay is not None:
+                return result
+            if fw in first_models:  # the checks read each framework's first run: keep one trajectory
+                result.pop("models", None)
+            elif "models" in result:
+                first_models.add(fw)
+            return result
 
+        first_models: set[str] = set()
         results = {fw: (rounds_of(fw), combined(runs)) for fw, runs in interleaved_runs(frameworks, one_run, args.runs).items()}
         reference = results.get("seq", (0, {}))[1]
+        noise = None
+        if "error" not in reference and "models" in reference and rounds[workload] > 1:
+            noise = combined([one_run(NOISE)])  # one run: its times are not compared
+            results[NOISE] = (rounds[workload], noise)
+            noise = None if "error" in noise else noise
+        # each framework once more, untimed, from seq's model every round (checks: replay)
+        if args.replay and noise is not None:
+            for fw in [*frameworks, NOISE]:
+                if fw != "seq" and "error" not in results[fw][1]:
+                    again = one_run(fw, reference["models"][: rounds_of(fw) - 1])
+                    if "error" in again:
+                        print(f"{workload:<10} {fw:<17} replay failed: {again['error']}")
+                    else:
+                        results[fw][1]["replayed"] = again["models"]
         base = results["fedbench"][1].get("seconds") if "fedbench" in results else None
+        trajectories = {}
         for fw, (R, res) in results.items():
             if "error" in res:
                 print(f"{workload:<10} {fw:<17} {R:>6}  failed: {res['error']}")
                 continue
             t = res["seconds"]
             dev = float("nan")
-            checks = []
-            if "round1" in reference and fw != "seq":
-                dev = float((res["round1"] - reference["round1"]).abs().max())
-                checks.append(f"round1 {'ok' if dev <= ROUND1_TOL else 'FAIL'}")
-                if R == rounds[workload] and R == results["seq"][0]:
-                    gap = abs(res["accuracy"] - reference["accuracy"])
-                    checks.append(f"acc {'ok' if gap <= ACC_TOL else 'FAIL'} ({gap:.2f} pt)")
-            ratio = f"{t / base:>9.2f}" if base else f"{'-':>9}"
+            row_checks = []
+            if "models" in reference and fw != "seq":
+                trajectories[fw] = deviations(res["models"], reference["models"])
+                dev = trajectories[fw][0]
+                same_rounds = R == rounds[workload] == results["seq"][0]
+                row_checks = checks(res, reference, noise, same_rounds) if fw != NOISE else [
+                    f"noise floor, not judged: seq with {noise_threads(args.threads)} thread(s), replayed max "
+                    f"{max(deviations(res.get('replayed', res['models']), reference['models'])):.0e}, "
+                    f"acc gap {abs(res['accuracy'] - reference['accuracy']):.2f} pt"]
+            ratio = f"{t / base:>9.2f}" if base and fw != NOISE else f"{'-':>9}"
             name = fw + (f"[{res['executor']}]" if "executor" in res else "")
             print(f"{workload:<10} {name:<17} {R:>6} {t:>8.4f} {res['startup']:>8.1f} {ratio} {t / bare:>7.2f} "
-                  f"{dev:>10.1e} {res['accuracy']:>6.2f}  {', '.join(checks)}", flush=True)
+                  f"{dev:>10.1e} {res['accuracy']:>6.2f}  {', '.join(row_checks)}", flush=True)
+        for fw, dev in trajectories.items():
+            print(f"{workload:<10} {fw:<17} max-abs deviation from seq after rounds 1..{len(dev)}: "
+                  + " ".join(f"{d:.0e}" for d in dev))
+            if "replayed" in results[fw][1]:
+                step = deviations(results[fw][1]["replayed"], reference["models"])
+                print(f"{workload:<10} {fw:<17} the same, every round from seq's model (replay):      "
+                      + " ".join(f"{d:.0e}" for d in step))
         if bare == bare:
             print(f"{workload:<10} {'bare':<17} {'':>6} {bare:>8.4f} {'':>8} {bare / base if base else float('nan'):>9.2f} {1.0:>7.2f}")
         peers = {fw: res["seconds"] for fw, (_, res) in results.items() if fw in ("seq", "pfl") and "error" not in res}

@@ -24,6 +24,7 @@ bench = importlib.util.module_from_spec(spec)
 sys.modules["bench_peers"] = bench
 spec.loader.exec_module(bench)
 
+THREADS = torch.get_num_threads()
 # 60 samples per client: an epoch is a step of 50 and a short step of 10.
 TINY = dict(model="mclr", num_clients=20, per_client=60, cohort=4)
 
@@ -99,14 +100,20 @@ TINY_DIR = dict(model="mclr", num_clients=20, cohort=4, partition=["partition=di
 @pytest.mark.parametrize("framework", ["fedbench", "flower", "pfl"])
 def test_every_framework_runs_the_same_computation_on_unequal_clients(framework):
     """On unequal clients too, each framework's round-1 model equals the sequential loop's (Flower:
-    uniform weights under the strategy's weighting key, replies summed in cohort order)."""
+    uniform weights under the strategy's weighting key, replies summed in cohort order). With
+    `replay`, it starts rounds 2 and 3 from the given models (seq's own, shifted by 0.1 noise so
+    that ignoring them shows) and ends each round where seq does from them."""
     require_data(importlib.util.find_spec(framework.replace("flower", "flwr")) is not None,
                  f"{framework} is the `peers` extra (scripts/install_test_deps.sh)")
     fed, _ = bench.federation(TINY_DIR, 1)
     sizes = fed.clients.size[bench.cohort(fed, 0)]
     assert sizes.max() > 2 * sizes.min()  # weighting by examples would change the mean
-    peer, seq = bench.RUNNERS[framework](TINY_DIR, 1), bench.run_seq(TINY_DIR, 1)
-    assert float((peer["round1"] - seq["round1"]).abs().max()) <= bench.ROUND1_TOL
+    own = bench.run_seq(TINY_DIR, 3)
+    given = own["models"][:2] + 0.1 * torch.randn(own["models"][:2].shape, generator=torch.Generator().manual_seed(0))
+    seq, peer = bench.run_seq(TINY_DIR, 3, given), bench.RUNNERS[framework](TINY_DIR, 3, given)
+    assert torch.equal(seq["round1"], own["round1"])
+    assert min(bench.deviations(seq["models"], own["models"])[1:]) > 1e-2  # the given models changed seq's rounds 2, 3
+    assert max(bench.deviations(peer["models"], seq["models"])) <= bench.ROUND1_TOL
 
 
 def test_frameworks_run_interleaved_and_rows_are_medians():
@@ -120,3 +127,42 @@ def test_frameworks_run_interleaved_and_rows_are_medians():
     assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
     assert bench.combined(results["a"])["seconds"] == 6.0  # runs 1, 6, 8: their median
     assert "error" in bench.combined([{"error": "exit 1"}, *results["a"]])
+
+
+def trajectory(*deviations: float, accuracy: float = 50.0) -> dict:
+    """A run whose global model is off the zero model by `deviations[r]` (max abs) after round r+1."""
+    models = torch.zeros(len(deviations), 3)
+    models[:, 1] = torch.tensor(deviations)
+    return {"models": models, "accuracy": accuracy}
+
+
+def test_the_replay_check_fails_on_a_computation_that_changes_after_round_one(monkeypatch):
+    """Replayed from seq's models, a loop whose batches are reversed from round 2 on fails at round 2;
+    the same loop at another thread count (the noise floor) passes."""
+    seq = bench.run_seq(TINY, 3)
+    torch.set_num_threads(bench.noise_threads(0))
+    try:
+        floor = bench.run_seq(TINY, 3, seq["models"][:2])
+    finally:
+        torch.set_num_threads(THREADS)
+    original = bench.client_batches
+    monkeypatch.setattr(bench, "client_batches", lambda fed, r, ids: [b[::-1] if r else b for b in original(fed, r, ids)])
+    late = bench.run_seq(TINY, 3, seq["models"][:2])
+    step = bench.deviations(late["models"], seq["models"])
+    noise = {**floor, "replayed": floor["models"]}
+    assert bench.checks({**late, "replayed": late["models"]}, seq, noise, False) == ["round1 ok", f"replay FAIL from round 2 ({step[1]:.0e})"]
+    assert bench.checks({**floor, "replayed": floor["models"]}, seq, None, False)[1].startswith("replay ok")
+
+
+def test_the_replay_check_is_bounded_by_the_replayed_noise_floor():
+    """Each replayed round against NOISE_FACTOR x the noise row's replayed deviation in that round
+    (or ROUND1_TOL); the free-running drift (round 2: 1e-3 against the floor's 1e-7) is not judged."""
+    seq, floor = trajectory(0, 0, 0), trajectory(1e-8, 1e-7, 1e-7)
+    floor["replayed"] = trajectory(1e-8, 6e-4, 1e-7)["models"]
+    row = {**trajectory(3e-8, 1e-3, 1e-2, accuracy=51.2), "replayed": trajectory(3e-8, 5e-3, 2e-6)["models"]}
+    assert bench.checks(row, seq, floor, True) == ["round1 ok", "replay ok (max 5e-03)", "acc FAIL (1.20 pt)"]
+    row["replayed"] = trajectory(3e-8, 5e-3, 2e-4)["models"]
+    assert bench.checks(row, seq, floor, False)[1] == "replay FAIL from round 3 (2e-04)"
+    assert bench.checks(row, seq, None, False)[1] == "replay FAIL from round 2 (5e-03)"  # no floor: ROUND1_TOL
+    assert bench.checks(trajectory(2e-4, 2e-4), seq, None, False) == ["round1 FAIL"]
+    assert bench.deviations(trajectory(1.0, 2.0, 3.0)["models"], seq["models"][:2]) == [1.0, 2.0]
