@@ -9,7 +9,8 @@ averaging, no evaluation during the timed rounds:
           epoch is a step of 50 and a step of 10
   mlp_2nn / cnn, unequal clients: 100 clients of all 60,000 images split by Dirichlet(0.1) labels
           (mlp100dir, cnn100dir) or log-normal sizes, sigma 1 (mlp100qs), 10 per round: one epoch
-          is 1 to ~100 steps of 50; mlp1000dir: 1,000 Dirichlet(0.1) clients, 100 per round
+          is 1 to ~100 steps of 50; mlp1000dir: 1,000 Dirichlet(0.3) clients (2 to ~250 samples), 100 per round
+          (Dirichlet(0.1) over 1,000 clients leaves some client empty in every one of 1,000 draws)
 
 Frameworks, each in its own process (start-up = process launch to the start of round 1):
 
@@ -73,7 +74,7 @@ WORKLOADS = {
     "mlp100dir": dict(model="mlp_2nn", num_clients=100, cohort=10, partition=["partition=dirichlet", "partition.alpha=0.1"]),
     "mlp100qs": dict(model="mlp_2nn", num_clients=100, cohort=10, partition=["partition=quantity_skew", "partition.sigma=1.0"]),
     "cnn100dir": dict(model="cnn", num_clients=100, cohort=10, partition=["partition=dirichlet", "partition.alpha=0.1"]),
-    "mlp1000dir": dict(model="mlp_2nn", num_clients=1000, cohort=100, partition=["partition=dirichlet", "partition.alpha=0.1"]),
+    "mlp1000dir": dict(model="mlp_2nn", num_clients=1000, cohort=100, partition=["partition=dirichlet", "partition.alpha=0.3"]),
 }
 BATCH, LR, SEED = 50, 0.05, 0
 TIMED_FROM = 6  # rounds 1..5 are warm-up
