@@ -85,7 +85,8 @@ def final_accuracies(db: Path) -> dict[str, float]:
         for r in client.search_runs([e.experiment_id]):
             m = r.data.metrics
             arithmetic = sum(m.get(k, 0.0) for k in ("wall_time", "eval_time", "warmup_time"))
-            out[r.data.tags["config_hash"]] = (r.info.status, m.get("test_accuracy", float("nan")), arithmetic)
+            out[r.data.tags["config_hash"]] = (r.info.status, m.get("test_accuracy", float("nan")), arithmetic,
+                                               r.data.tags.get("mlflow.runName", ""))
     return out
 
 
@@ -106,7 +107,10 @@ def main() -> None:
             basic, batched = final_accuracies(folder / "basic.db"), final_accuracies(folder / "batched.db")
             assert basic.keys() == batched.keys(), "the launchers ran different jobs"
             assert all(basic[k][0] == batched[k][0] for k in basic), "a job ended differently under the two launchers"
-            worst = max(abs(basic[k][1] - batched[k][1]) for k in basic)
+            worst_job = max(basic, key=lambda k: abs(basic[k][1] - batched[k][1]))
+            worst = abs(basic[worst_job][1] - batched[worst_job][1])
+            print(f"  largest final-accuracy difference: {basic[worst_job][3]} ({basic[worst_job][0]}): basic "
+                  f"{basic[worst_job][1]:.4f}, batched {batched[worst_job][1]:.4f}", flush=True)
             # the grid's arithmetic: training rounds, evaluations and the kernels' warm-up, as the runs logged them
             # (lanes log their share of each round); everything else is start-up, composing and recording
             arithmetic = sum(v[2] for v in batched.values())
