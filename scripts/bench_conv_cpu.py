@@ -44,12 +44,7 @@ def rounds(workload: str, r: int):
         return fed.algorithm.model(state.server)
 
     def seq_round():
-        acc = {k: torch.zeros_like(v) for k, v in global_sd.items()}
-        for i in range(len(ids)):
-            sd = bp.train_client(module, global_sd, fed.clients.x, fed.clients.y, batches[i], fed.eta_l)
-            for k in acc:
-                acc[k] += sd[k] / len(ids)
-        return bp.to_vector(acc)
+        return bp.to_vector(bp.seq_round(module, global_sd, fed, batches))
 
     return fedbench_round, seq_round, info.executor, [len(b) for b in batches]
 

@@ -149,6 +149,17 @@ def train_client(module: nn.Module, global_sd: dict, x, y, batches: list[torch.T
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
+def seq_round(module: nn.Module, global_sd: dict, fed, batches: list[list[torch.Tensor]]) -> dict:
+    """One round of the research loop: each client of the cohort (its minibatches in `batches`) trained from
+    `global_sd`, the uniform mean of their state dicts summed in cohort order."""
+    acc = {k: torch.zeros_like(v) for k, v in global_sd.items()}
+    for client in batches:
+        sd = train_client(module, global_sd, fed.clients.x, fed.clients.y, client, fed.eta_l)
+        for k in acc:
+            acc[k] += sd[k] / len(batches)
+    return acc
+
+
 def to_vector(module_or_sd) -> torch.Tensor:
     sd = module_or_sd.state_dict() if isinstance(module_or_sd, nn.Module) else module_or_sd
     return torch.cat([torch.as_tensor(v).reshape(-1).float() for v in sd.values()])
@@ -218,7 +229,6 @@ def run_seq(workload: dict, rounds: int, replay: torch.Tensor | None = None) -> 
     fed, _ = federation(workload, rounds)
     module = fed.flat.module
     torch.nn.utils.vector_to_parameters(fed.x0.clone(), module.parameters())
-    x, y = fed.clients.x, fed.clients.y
     global_sd = {k: v.detach().clone() for k, v in module.state_dict().items()}
     clock, models = Clock(), []
     for r in range(rounds):
@@ -226,13 +236,7 @@ def run_seq(workload: dict, rounds: int, replay: torch.Tensor | None = None) -> 
         if replay is not None and r:
             global_sd = to_state_dict(replay[r - 1], global_sd)
         ids = cohort(fed, r)
-        batches = client_batches(fed, r, ids)
-        acc = {k: torch.zeros_like(v) for k, v in global_sd.items()}
-        for i in range(len(ids)):
-            sd = train_client(module, global_sd, x, y, batches[i], fed.eta_l)
-            for k in acc:
-                acc[k] += sd[k] / len(ids)
-        global_sd = acc
+        global_sd = seq_round(module, global_sd, fed, client_batches(fed, r, ids))
         models.append(to_vector(global_sd))
     clock.end = time.time()
     return clock.result(models, fed)

@@ -71,8 +71,7 @@ def client_gradient_bytes(grad_fn, x0: torch.Tensor, x: torch.Tensor, y: torch.T
     fixed part twice: a safe side)."""
     device = x0.device
     X = x0.expand(2, -1).clone()
-    xb = x[:width].unsqueeze(0).expand(2, *x[:width].shape).contiguous()
-    yb = y[:width].unsqueeze(0).expand(2, *y[:width].shape).contiguous()
+    xb, yb = torch.stack((x[:width],) * 2), torch.stack((y[:width],) * 2)
     torch.cuda.synchronize(device)
     base = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
@@ -186,7 +185,8 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
     if device.type == "cuda" and not int(cfg.engine.client_chunk) and executor != "loop" and population is None:
         from fedbench.runs.batched import available_bytes
 
-        width = int(clients.size.max()) if not cfg.batch_size else min(int(cfg.batch_size), int(clients.size.max()))
+        largest = int(clients.size.max())
+        width = min(int(cfg.batch_size) or largest, largest)  # batch_size=0: full batch
         client_bytes = client_gradient_bytes(grad_fn, x0, dataset.x_train, dataset.y_train, width)
         free_bytes = available_bytes(device)
     chunk = client_chunk(int(cfg.engine.client_chunk), cfg.clients_per_round * len(cfgs), flat.dim, dtype, device, executor,

@@ -22,7 +22,7 @@ def plot_curves(frame: pd.DataFrame, path: Path, title: str = "") -> Path | None
         ax.lines[0].set_data(data["round"].to_numpy(), data[col].to_numpy())
         ax.relim()
         ax.autoscale_view()
-    fig._suptitle.set_text(title)
+    fig.suptitle(title)  # the figure's title text, reused
     fig.savefig(path, dpi=110)
     return path
 
