@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs fedbench with everything its tests use: the test, sweep and tuning extras, Ray and its
 # launcher (scripts/install_ray.sh), PostgreSQL's driver for an MLflow server (`postgres`), the peer
-# frameworks of scripts/bench_peers.py (`peers`: flwr, pfl); and from Debian, where apt is
-# available, Fashion-MNIST, PostgreSQL (the cluster tests start one: scripts/local_cluster.sh) and
-# Chromium with its driver (the results page's browser test, through Selenium from the `test` extra).
+# frameworks of scripts/bench_peers.py (`peers`: flwr, pfl), MkDocs for the documentation site
+# (`docs`); and from Debian, where apt is available, Fashion-MNIST, PostgreSQL (the cluster tests
+# start one: scripts/local_cluster.sh) and Chromium with its driver (the results page's browser
+# test, through Selenium from the `test` extra).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v apt-get >/dev/null 2>&1; then
@@ -19,4 +20,4 @@ if command -v apt-get >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${wanted[@]}"
   fi
 fi
-bash scripts/install_ray.sh test,sweeps,tune,postgres,peers
+bash scripts/install_ray.sh test,sweeps,tune,postgres,peers,docs

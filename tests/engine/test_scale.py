@@ -144,7 +144,7 @@ def test_fresh_run_does_not_read_a_leftover_table(tmp_path):
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "scaffold"])
 def test_a_population_of_10_5_costs_its_cohort(tmp_path, algorithm):
-    """CI's reduced cross-device check (README, 10^6 in scripts/bench_scale.py): N = 10^5 clients,
+    """CI's reduced cross-device check (docs/populations.md, 10^6 in scripts/bench_scale.py): N = 10^5 clients,
     cohorts of 100: set-up makes the test users only, a round holds and makes its cohort's data,
     reads and writes its cohort's state rows, and a checkpoint writes the rows that changed."""
     n, s, d = 100_000, 100, 610
