@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 from torch import Tensor
 
 from fedbench.data.population import Population
@@ -50,9 +51,12 @@ class LazyClientData(ClientData):
         population = self.population
 
         def work():  # a failure stops here: `prepare` makes what is missing and raises it where it belongs
-            for i in todo:
-                x, y = population.make(i)
-                made[i] = torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.int64)
+            # numpy's BLAS at one thread: the training thread has the other cores (a gemm splits rows and
+            # columns, never the sum, so the numbers are the same at any thread count: tested)
+            with threadpool_limits(limits=1, user_api="blas"):
+                for i in todo:
+                    x, y = population.make(i)
+                    made[i] = torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.int64)
 
         thread = threading.Thread(target=work, name="fedbench-prefetch", daemon=True)
         thread.start()

@@ -185,3 +185,20 @@ def test_the_next_cohort_is_made_while_the_current_round_trains():
     assert sorted(k for k, _ in makers[:s]) == first and {who for _, who in makers[:s]} == {"MainThread"}
     assert len(makers) > s and {who for _, who in makers[s:]} == {"fedbench-prefetch"}
     assert pop.made == len(makers)  # every user made was put to use
+
+
+def test_a_user_is_the_same_at_any_blas_thread_count():
+    """The prefetching thread makes users with numpy's BLAS at one thread (y = argmax(x W^T + b) is a
+    gemm): the largest users (2,000 samples) come out the same as at the machine's thread count."""
+    from threadpoolctl import threadpool_limits
+
+    from fedbench.data.synthetic import PerUserSynthetic
+
+    gen = PerUserSynthetic(0, 2000, 60, 10, 1.0, 1.0, False)
+    big = [int(k) for k in np.argsort(gen.sizes)[-3:]]
+    with threadpool_limits(limits=1, user_api="blas"):
+        alone = [gen.user(k) for k in big]
+    with threadpool_limits(limits=max(2, os.cpu_count() or 2), user_api="blas"):
+        shared = [gen.user(k) for k in big]
+    for (xa, ya), (xb, yb) in zip(alone, shared):
+        assert np.array_equal(xa, xb) and np.array_equal(ya, yb)
