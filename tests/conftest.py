@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 from pathlib import Path
 
@@ -21,11 +23,19 @@ def make_cfg(*overrides: str):
 
 
 def require_data(available: bool, reason: str) -> None:
-    """Skip when a data set is absent, except in CI, where every data set is mandatory."""
+    """Skip when a data set or an optional dependency is absent, except in CI, where each is mandatory.
+    Callable in a test or at a test module's top (it then skips or fails the whole module, not the session)."""
     if not available:
         if IN_CI:
-            pytest.fail(f"mandatory in CI: {reason}")
-        pytest.skip(reason)
+            pytest.fail(f"mandatory in CI: {reason}", pytrace=False)
+        pytest.skip(reason, allow_module_level=True)
+
+
+def require_module(name: str, reason: str):
+    """`pytest.importorskip` for an optional extra, except in CI, where the extra is mandatory."""
+    require_data(importlib.util.find_spec(name.split(".")[0]) is not None
+                 and importlib.util.find_spec(name) is not None, reason)
+    return importlib.import_module(name)
 
 
 @pytest.fixture

@@ -3,14 +3,20 @@
 Before a round the engine hands the cohort to `prepare`, which makes those clients' data
 (data.population) and lays it out as ClientData does for all N: x/y rows and a per-client
 index into them. Memory and work per round follow the cohort; only `size` [N] is held for all.
+Cohorts are known in advance (counter-based sampling), so the engine hands the next round's to
+`prefetch`, which makes them in a thread while the current round trains (numpy's generators and
+torch's kernels release the GIL): a round then costs max(training, making), not their sum. A user
+is a pure function of its id, so the data is the same whichever thread made it.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 from torch import Tensor
 
 from fedbench.data.population import Population
@@ -23,8 +29,10 @@ class LazyClientData(ClientData):
     client id to its row of index; -1: not in memory)."""
 
     population: Population | None = None
+    on_demand = True  # not a field
     dtype: torch.dtype = torch.float32
     _row: dict[int, int] = field(default_factory=dict)
+    _ahead: tuple[threading.Thread, dict[int, tuple[Tensor, Tensor]]] | None = None  # prefetch's thread, its users
 
     @classmethod
     def of(cls, population: Population, seed: int, grad_fn, loss_scale: str, dtype: torch.dtype,
@@ -34,8 +42,38 @@ class LazyClientData(ClientData):
         return cls(torch.empty(0, device=device, dtype=dtype), empty, empty.view(0, 0), size, seed, grad_fn,
                    loss_scale, population=population, dtype=dtype)
 
+    def prefetch(self, ids: list[int]) -> None:
+        """Start making clients `ids`' data (those not in memory) in a thread, for the next `prepare`.
+        Only one thread makes users at a time: `prepare` and the next `prefetch` wait for it."""
+        self._settle()
+        todo = [i for i in dict.fromkeys(int(i) for i in ids) if i not in self._row]
+        made: dict[int, tuple[Tensor, Tensor]] = {}
+        population = self.population
+
+        def work():  # a failure stops here: `prepare` makes what is missing and raises it where it belongs
+            # numpy's BLAS at one thread: the training thread has the other cores (a gemm splits rows and
+            # columns, never the sum, so the numbers are the same at any thread count: tested)
+            with threadpool_limits(limits=1, user_api="blas"):
+                for i in todo:
+                    x, y = population.make(i)
+                    made[i] = torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.int64)
+
+        thread = threading.Thread(target=work, name="fedbench-prefetch", daemon=True)
+        thread.start()
+        self._ahead = thread, made
+
+    def _settle(self) -> dict[int, tuple[Tensor, Tensor]]:
+        """Wait for the prefetching thread (if any); its users, made as (float32 x, int64 y)."""
+        if self._ahead is None:
+            return {}
+        thread, made = self._ahead
+        thread.join()
+        self._ahead = None
+        return made
+
     def prepare(self, ids: list[int]) -> None:
         """Make clients `ids`' data (those not in memory already) and drop every other client's."""
+        ahead = self._settle()
         wanted = list(dict.fromkeys(int(i) for i in ids))
         if all(i in self._row for i in wanted) and len(wanted) == len(self._row):
             return
@@ -49,10 +87,15 @@ class LazyClientData(ClientData):
                 rows = old_index[kept[i], :n]
                 xs.append(old_x[rows]), ys.append(old_y[rows])
             else:
-                x, y = self.population.train(i)
                 # the data set's own precision is float32 (as the eager one's tensors), then the run's dtype
-                xs.append(torch.as_tensor(x, dtype=torch.float32).to(device, self.dtype))
-                ys.append(torch.as_tensor(y, dtype=torch.int64).to(device))
+                if i in ahead:
+                    x, y = ahead[i]
+                    self.population.made += 1
+                else:
+                    x, y = self.population.train(i)
+                    x, y = torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.int64)
+                xs.append(x.to(device, self.dtype))
+                ys.append(y.to(device))
         sizes = [len(y) for y in ys]
         self.x = torch.cat(xs) if xs else old_x[:0]
         self.y = torch.cat(ys) if ys else old_y[:0]

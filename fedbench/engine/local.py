@@ -41,6 +41,7 @@ class ClientData:
     # every client of a chunk computes every step and the algorithm's mask discards the extra ones)
     skip_done: bool = True
     _blocks: dict[int, tuple[Tensor, Tensor]] = field(default_factory=dict)
+    on_demand = False  # not a field: a population whose clients are made when sampled (LazyClientData)
 
     @classmethod
     def from_partition(cls, x, y, parts, seed, grad_fn, loss_scale="mean", transform=None) -> ClientData:
@@ -60,6 +61,9 @@ class ClientData:
 
     def prepare(self, ids: list[int]) -> None:
         """Clients `ids` are about to train (a round's cohorts): nothing to do when all are in memory."""
+
+    def prefetch(self, ids: list[int]) -> None:
+        """Clients `ids` train next (the next round's cohorts): nothing to do when all are in memory."""
 
     def blocks(self, num_blocks: int, seed: int | None = None) -> tuple[Tensor, Tensor]:
         """LoSAC's M fixed local data blocks: each client's indices shuffled once (by the run's seed,

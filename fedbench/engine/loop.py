@@ -194,6 +194,9 @@ def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list
         lanes.append(_Lane(fed, state, lane_ids, ids_t, Cohort(round=r, ids=ids_t, sizes=sizes, weights=weights),
                            algo.broadcast(state.server, r), algo.setting.local_lr(r), steps))
     fed0.clients.prepare([i for lane in lanes for i in lane.ids])  # a population makes its cohorts' data now
+    if fed0.clients.on_demand and ids is None and r + 1 < max(fed.rounds for fed in feds):  # and the next round's while this one trains
+        fed0.clients.prefetch([i for fed in feds for i in
+                               sample_cohort(fed.seed, r + 1, fed.clients.num_clients, fed.clients_per_round).tolist()])
     classes: dict[tuple, list[int]] = {}
     for k, fed in enumerate(feds):
         classes.setdefault(mixing_key(fed) if len(feds) > 1 else (), []).append(k)

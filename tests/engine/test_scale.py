@@ -163,3 +163,42 @@ def test_a_population_of_10_5_costs_its_cohort(tmp_path, algorithm):
     for table in state.tables.values():
         assert table.rows == {} and table.rows_written == 3 * s and table.rows_read <= 3 * s
         assert os.stat(table.path).st_blocks * 512 <= 3 * s * 2 * 4096
+
+
+def test_the_next_cohort_is_made_while_the_current_round_trains():
+    """Issue 43: once round r's data is prepared, round r+1's cohort is made in a background thread,
+    so no round after the first makes a user on the training thread; the last round prefetches
+    nothing. (The data is the same as in memory, bit for bit: the first test of this file.)"""
+    import threading
+
+    n, s, rounds = 300, 10, 4
+    fed = _fed(n, "fedavg", f"clients_per_round={s}", f"rounds={rounds}")
+    pop = fed.clients.population
+    makers: list[tuple[int, str]] = []
+    make = pop.make
+    pop.make = lambda k: (makers.append((k, threading.current_thread().name)), make(k))[1]
+    state = initial_state(fed)
+    for r in range(rounds):
+        _rounds(fed, state, 1)
+        assert (fed.clients._ahead is not None) == (r + 1 < rounds)  # the last round starts no thread
+    first = sorted(sample_cohort(fed.seed, 0, n, s).tolist())
+    assert sorted(k for k, _ in makers[:s]) == first and {who for _, who in makers[:s]} == {"MainThread"}
+    assert len(makers) > s and {who for _, who in makers[s:]} == {"fedbench-prefetch"}
+    assert pop.made == len(makers)  # every user made was put to use
+
+
+def test_a_user_is_the_same_at_any_blas_thread_count():
+    """The prefetching thread makes users with numpy's BLAS at one thread (y = argmax(x W^T + b) is a
+    gemm): the largest users (2,000 samples) come out the same as at the machine's thread count."""
+    from threadpoolctl import threadpool_limits
+
+    from fedbench.data.synthetic import PerUserSynthetic
+
+    gen = PerUserSynthetic(0, 2000, 60, 10, 1.0, 1.0, False)
+    big = [int(k) for k in np.argsort(gen.sizes)[-3:]]
+    with threadpool_limits(limits=1, user_api="blas"):
+        alone = [gen.user(k) for k in big]
+    with threadpool_limits(limits=max(2, os.cpu_count() or 2), user_api="blas"):
+        shared = [gen.user(k) for k in big]
+    for (xa, ya), (xb, yb) in zip(alone, shared):
+        assert np.array_equal(xa, xb) and np.array_equal(ya, yb)

@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from tests.conftest import make_cfg
+from tests.conftest import make_cfg, require_module
 from tests.faultkit import fedbench, runs
 
 # two algorithms x two step sizes x two seeds, unequal clients (Dirichlet), evaluation every round
@@ -145,7 +145,7 @@ def test_lanes_of_different_algorithms_two_phase_ones_included_each_get_their_ow
 
 
 def test_optuna_trials_are_asked_n_jobs_at_a_time_and_each_batch_is_one_group(tmp_path):
-    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    require_module("hydra_plugins.hydra_optuna_sweeper", "the Optuna sweeper is the `tune` extra")
     db = tmp_path / "m.db"
     res = fedbench("run", "-m", "hydra/sweeper=optuna", "hydra/launcher=batched", "hydra.sweeper.direction=maximize",
                    "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2", "eta_l=interval(0.01,0.5)", *SETTING,

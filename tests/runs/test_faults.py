@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from fedbench.core.errors import ConfigError, DataUnavailableError, DivergenceError, FedbenchError
-from tests.conftest import CONF, make_cfg
+from tests.conftest import CONF, make_cfg, require_data
 from tests.faultkit import SMALL, runs
 
 STEMS = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -113,8 +113,7 @@ def test_published_checksums_accept_the_debian_fashion_mnist():
     from fedbench.data.checksums import dpkg_md5, file_md5, verify
 
     files = sorted(Path("/usr/share/datasets/fashion-mnist").glob("*.gz"))
-    if not files or dpkg_md5(files[0]) is None:
-        pytest.skip("Debian's dataset-fashion-mnist is not installed")
+    require_data(bool(files) and dpkg_md5(files[0]) is not None, "Debian's dataset-fashion-mnist is not installed")
     verify(files, "FashionMNIST")  # re-compressed by Debian: its own md5sums apply, not torchvision's
     assert dpkg_md5(files[0]) == file_md5(files[0])
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from tests.conftest import require_module
 from tests.faultkit import SMALL, fedbench, runs
 
-pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="the Optuna sweeper is the `tune` extra")
+require_module("hydra_plugins.hydra_optuna_sweeper", "the Optuna sweeper is the `tune` extra")
 
 
 @pytest.mark.slow

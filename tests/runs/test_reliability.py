@@ -14,7 +14,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from tests.conftest import make_cfg
+from tests.conftest import make_cfg, require_data
 from tests.faultkit import SMALL, env, error_lines, fedbench, runs
 
 
@@ -186,8 +186,7 @@ def test_a_partial_data_folder_is_named_before_falling_back(tmp_path):
     (folder / "t10k-labels-idx1-ubyte").unlink()
     from fedbench.data.locations import DEBIAN_FASHION_MNIST
 
-    if not DEBIAN_FASHION_MNIST.is_dir():
-        pytest.skip("needs Debian's dataset-fashion-mnist")
+    require_data(DEBIAN_FASHION_MNIST.is_dir(), "needs Debian's dataset-fashion-mnist")
     proc = subprocess.run([sys.executable, "-c", "from fedbench.data.datasets import fmnist; "
                            f"print(len(fmnist(root={str(tmp_path / 'data')!r}).y_train))"],
                           env=env(), capture_output=True, text=True, timeout=300)

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import require_module
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-bench_engine = pytest.importorskip("bench_engine")
+bench_engine = require_module("bench_engine", "scripts/bench_engine.py")
 
 
 @pytest.mark.parametrize("model", ["mclr", "mlp_2nn"])

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
+
+from tests.conftest import require_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-bench_startup = pytest.importorskip("bench_startup")
+bench_startup = require_module("bench_startup", "scripts/bench_startup.py")
 
 
 def test_training_seconds_is_the_last_wall_time_of_the_runs_metrics(tmp_path):
