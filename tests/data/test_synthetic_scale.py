@@ -138,7 +138,7 @@ def test_auto_is_the_sequential_generator_where_it_fits_and_per_user_beyond():
     users, so no earlier result changes; a made-on-demand population beyond, so the issue's
     `dataset.num_users=1000000` command runs without naming a generator."""
     from fedbench.data.synthetic import AUTO_SEQUENTIAL_USERS, resolve_generator
-    from fedbench.runs.build import check_eager_fits
+    from fedbench.runs.build import check_setup_fits
     from fedbench.runs.single import config_hash
     from tests.conftest import make_cfg
 
@@ -150,5 +150,5 @@ def test_auto_is_the_sequential_generator_where_it_fits_and_per_user_beyond():
     small = ("dataset=synthetic", "partition=natural", "num_clients=30")
     assert config_hash(make_cfg(*small)) == config_hash(make_cfg(*small, "dataset.generator=sequential"))
     huge = ("dataset=synthetic", "partition=natural", "dataset.num_users=1000000", "num_clients=1000000")
-    check_eager_fits(make_cfg(*huge))  # auto: made on demand, nothing to hold
+    check_setup_fits(make_cfg(*huge))  # auto: made on demand, nothing to hold
     assert config_hash(make_cfg(*huge)) == config_hash(make_cfg(*huge, "dataset.generator=per_user"))
