@@ -117,8 +117,9 @@ def check_setup_fits(cfg: DictConfig) -> None:
         ds = cfg.dataset
         fix = ("dataset.generator=per_user makes each user's data when it is sampled" if "sequential" in what else
                "choose fewer users (dataset.num_users) or a smaller test sample (dataset.eval_users)")
-        raise ConfigError(f"dataset.num_users={ds.num_users} {what} (~{need / 2**30:.0f} GiB, more than this machine "
-                          f"has available: {free / 2**30:.1f} GiB); {fix}")
+        gib = lambda n: f"{n / 2**30:.{0 if n >= 10 * 2**30 else 1}f} GiB"  # noqa: E731
+        raise ConfigError(f"dataset.num_users={ds.num_users} {what} (~{gib(need)}, more than this machine "
+                          f"has available: {gib(free)}); {fix}")
 
 
 def check_population(cfg: DictConfig, population) -> None:
