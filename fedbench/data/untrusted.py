@@ -53,6 +53,9 @@ _CIFAR_GLOBALS = {
 CIFAR_MAX_ROWS = 50_000
 CIFAR_MAX_BYTES = CIFAR_MAX_ROWS * (3072 + 256) + 2**20
 CIFAR_MAX_ELEMENTS = CIFAR_MAX_ROWS * (3072 + 8)  # what np.asarray may expand a batch's values into
+# Each element the unpickler puts in a list, tuple or dict was pushed by one opcode, so the opcodes run
+# bound what it builds: a batch spends 2-4 per row (a label; a file name and its memo entry).
+CIFAR_MAX_OPCODES = CIFAR_MAX_ROWS * 8
 
 
 def _reconstruct_empty(subtype, shape, dtype):
@@ -63,8 +66,20 @@ def _reconstruct_empty(subtype, shape, dtype):
     return _RECONSTRUCT(subtype, shape, dtype)
 
 
+def _counted(load):
+    """An opcode's loader that first counts it against the batch's budget."""
+    def step(self):
+        self.opcodes += 1
+        if self.opcodes > CIFAR_MAX_OPCODES:
+            raise pickle.UnpicklingError(f"it builds more than {CIFAR_MAX_OPCODES:,} elements; a CIFAR batch of "
+                                         f"{CIFAR_MAX_ROWS:,} rows builds far fewer")
+        load(self)
+    return step
+
+
 class _CifarUnpickler(pickle._Unpickler):  # the Python one: its BUILD can be checked (the C one's cannot)
     dispatch = dict(pickle._Unpickler.dispatch)
+    opcodes = 0
 
     def find_class(self, module: str, name: str):
         try:
@@ -85,6 +100,7 @@ class _CifarUnpickler(pickle._Unpickler):  # the Python one: its BUILD can be ch
         super().load_build()
 
     dispatch[pickle.BUILD[0]] = load_build
+    dispatch = {code: _counted(load) for code, load in dispatch.items()}
 
 
 def expanded_size(value, limit: int) -> int:

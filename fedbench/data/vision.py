@@ -18,7 +18,7 @@ from fedbench.data.base import Dataset
 from fedbench.data.datasets import DATASETS, read_idx_images, read_idx_labels
 from fedbench.data.locations import find_idx_file
 from fedbench.data.untrusted import fetch_archive, load_cifar_batch, load_npz
-from fedbench.data.validate import FormatError, finite, labels, reading, same_length, shaped
+from fedbench.data.validate import FormatError, labels, reading, same_length, shaped
 from fedbench.core.errors import ConfigError, DataUnavailableError
 
 EMNIST_CLASSES = {"byclass": 62, "bymerge": 47, "balanced": 47, "letters": 26, "digits": 10, "mnist": 10}
