@@ -14,8 +14,6 @@ import tracemalloc
 
 import numpy as np
 import pytest
-import torch
-
 from fedbench.core.errors import DataUnavailableError
 from fedbench.data import DATASETS
 from fedbench.data.untrusted import load_cifar_batch
@@ -330,18 +328,33 @@ def test_tiny_imagenet_annotations_and_images_are_checked(tmp_path):
 # -- behind the readers: the data set a run trains on ---------------------------------------
 
 
-def test_the_run_refuses_a_data_set_with_nan_inputs_or_labels_outside_its_classes():
+@pytest.mark.parametrize("case", ["nan_input", "label_out_of_range", "binary_label_2", "fewer_labels"])
+def test_the_run_refuses_a_data_set_its_reader_let_through(monkeypatch, case):
+    """Behind every reader (a plugin's too): the set-up refuses NaN inputs and labels the task cannot take
+    before training (a NaN started a run that diverged; a label past the classes failed mid-training)."""
     from fedbench.data.base import Dataset
-    from fedbench.data.validate import check_dataset
+    from fedbench.runs.build import build_federation
+    from tests.conftest import make_cfg
 
-    x, y = torch.zeros(4, 3), torch.tensor([0, 1, 2, 1])
-    check_dataset(Dataset(x, y, x, y, num_classes=3), "d")
-    bad_x = x.clone()
-    bad_x[2, 1] = float("nan")
-    one_line_error(lambda: check_dataset(Dataset(bad_x, y, x, y, num_classes=3), "d"), "d: the train inputs hold non-finite")
-    one_line_error(lambda: check_dataset(Dataset(x, y, x, y, num_classes=2), "d"), "labels range over 0..2")
-    one_line_error(lambda: check_dataset(Dataset(x, y.float(), x, y.float(), num_classes=1, task="binary"), "d"),
-                   "must be 0 or 1")
+    real = DATASETS.get("digits")()
+    x, y, task, classes = real.x_train.clone(), real.y_train.clone(), "classification", 10
+    if case == "nan_input":
+        x[5, 0, 3, 3] = float("nan")
+        needle = "the train inputs hold non-finite values"
+    elif case == "label_out_of_range":
+        y[7] = 10
+        needle = "the train labels range over 0..10; the model has the 10 classes 0..9"
+    elif case == "binary_label_2":
+        y, task, classes = (y % 3).float(), "binary", 1
+        needle = "the train labels of a binary task must be 0 or 1"
+    else:
+        y = y[:-1]
+        needle = "1437 train inputs but 1436 labels"
+    crafted = Dataset(x, y, real.x_test, real.y_test.float() if task == "binary" else real.y_test % classes,
+                      num_classes=classes, task=task, name="digits")
+    monkeypatch.setattr(DATASETS, "get", lambda name: lambda **kw: crafted)
+    with pytest.raises(DataUnavailableError, match=f"^dataset digits \\(data.root=data\\): {needle}"):
+        build_federation(make_cfg("rounds=1"))
 
 
 def test_the_cli_ends_a_crafted_idx_file_in_one_line_exit_2(tmp_path):
