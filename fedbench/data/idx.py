@@ -20,6 +20,7 @@ from fedbench.data.validate import FormatError, reading
 _DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 # The largest IDX file of these data sets: EMNIST byclass's training images, 697,932 x 28 x 28 bytes (0.55 GB).
 MAX_DATA_BYTES = 2**30
+MAX_ROWS = 1_000_000  # EMNIST byclass, the largest, has 697,932 training images
 MAX_DIMS = 4  # labels have 1, images 3 (a colour image set would have 4)
 
 
@@ -43,9 +44,9 @@ def read_idx(path: str | Path, dims: int | None = None) -> Tensor:
                 raise FormatError("truncated header")
             shape = struct.unpack(f">{ndim}I", sizes)
             expected = math.prod(shape) * dtype.itemsize  # Python integers: no overflow
-            if expected > MAX_DATA_BYTES:
+            if shape[0] > MAX_ROWS or expected > MAX_DATA_BYTES:
                 raise FormatError(f"the header declares {shape} ({expected:,} bytes of data), more than any IDX "
-                                  f"data set holds ({MAX_DATA_BYTES:,} bytes)")
+                                  f"data set holds ({MAX_ROWS:,} rows, {MAX_DATA_BYTES:,} bytes)")
             data = f.read(expected + 1)  # one byte more than declared tells a file that goes on
         if len(data) != expected:
             more = "more" if len(data) > expected else f"{len(data):,} bytes"

@@ -11,7 +11,8 @@ from fedbench.data.base import Dataset
 from fedbench.data.datasets import DATASETS
 from fedbench.data.untrusted import fetch_archive
 from fedbench.core.errors import ConfigError, DataUnavailableError, check
-from fedbench.data.validate import FormatError, available_memory, finite, labels, reading, same_length
+from fedbench.core.memory import available_memory
+from fedbench.data.validate import FormatError, finite, labels, reading, same_length
 
 HAR_URL = "https://archive.ics.uci.edu/static/public/240/human+activity+recognition+using+smartphones.zip"
 ESR_URL = "https://archive.ics.uci.edu/static/public/388/epileptic+seizure+recognition.zip"

@@ -100,18 +100,6 @@ def at_most(path: Path, limit: int, what: str) -> None:
         raise FormatError(f"it holds {size:,} bytes; {what} holds at most {limit:,}")
 
 
-def available_memory() -> int:
-    """The host's available memory in bytes (MemAvailable; 8 GiB where /proc/meminfo is absent)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 8 * 2**30
-
-
 def check_dataset(data, where: str) -> None:
     """The last check behind the readers: finite inputs and targets, one label per row, labels the
     task allows (classes 0..K-1, binary 0/1). `where` names the data set and its folder."""
