@@ -82,30 +82,27 @@ def _idx_dataset(
     if files is None:
         raise DataUnavailableError(_missing_hint(name, folders) + " (or set data.download=true)")
     verify_checksums(files.values(), torchvision_cls)
-    x_train, x_test = (read_idx_images(files[k], name) for k in ("train_x", "test_x"))
-    y_train, y_test = (read_idx_labels(files[k], name, 10) for k in ("train_y", "test_y"))
-    for x, y, key in ((x_train, y_train, "train_y"), (x_test, y_test, "test_y")):
-        with reading(files[key], f"the labels of {name}'s images"):
-            same_length(y, x, "labels", "images")
+    x_train, y_train, x_test, y_test = read_idx_splits(files, name, 10)
     x_train, x_test = standardize_images(x_train, mean, std), standardize_images(x_test, mean, std)
     if binary:  # LoSAC's DLG task (losac.md §4.1): label <= 5 -> 0, else 1
         return Dataset(x_train, (y_train > 5).float(), x_test, (y_test > 5).float(), num_classes=1, task="binary", name=name)
     return Dataset(x_train, y_train, x_test, y_test, num_classes=10, name=name)
 
 
-def read_idx_images(path: Path, name: str) -> torch.Tensor:
-    """An IDX file of 28x28 images, checked against the format: 3 dimensions, finite pixels (an IDX
-    file may hold floats)."""
-    tensor = read_idx(path, dims=3)
-    with reading(path, f"an IDX file of {name} images"):
-        return torch.from_numpy(shaped(finite(tensor.numpy(), "pixels"), (28, 28), f"{name} images"))
-
-
-def read_idx_labels(path: Path, name: str, num_classes: int, first: int = 0) -> torch.Tensor:
-    """An IDX file of labels, checked against the format: whole numbers in first..first+K-1, as int64."""
-    tensor = read_idx(path, dims=1)
-    with reading(path, f"an IDX file of {name} labels"):
-        return torch.from_numpy(labels(tensor.numpy(), first, num_classes, owner=name))
+def read_idx_splits(files: dict[str, Path], name: str, num_classes: int, first: int = 0):
+    """(x_train, y_train, x_test, y_test) of an image set's four IDX files (IDX_STEMS' keys), checked
+    against the format: images [n, 28, 28] with finite pixels (an IDX file may hold
+    floats), labels whole numbers in first..first+K-1 as int64 (never floored), one per image."""
+    out = []
+    for split in ("train", "test"):
+        images, tags = read_idx(files[f"{split}_x"], dims=3), read_idx(files[f"{split}_y"], dims=1)
+        with reading(files[f"{split}_x"], f"an IDX file of {name} images"):
+            x = torch.from_numpy(shaped(finite(images.numpy(), "pixels"), (28, 28), f"{name} images"))
+        with reading(files[f"{split}_y"], f"an IDX file of {name} labels"):
+            y = torch.from_numpy(labels(tags.numpy(), first, num_classes, owner=name))
+            same_length(y, x, "labels", f"images in {files[f'{split}_x'].name}")
+        out += [x, y]
+    return tuple(out)
 
 
 def _missing_hint(name: str, folders: list[Path]) -> str:

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from fedbench.data.augment import image_augment
 from fedbench.data.base import Dataset
-from fedbench.data.datasets import DATASETS, read_idx_images, read_idx_labels
+from fedbench.data.datasets import DATASETS, read_idx_splits
 from fedbench.data.locations import find_idx_file
 from fedbench.data.untrusted import fetch_archive, load_cifar_batch, load_npz
 from fedbench.data.validate import FormatError, labels, reading, same_length, shaped
@@ -80,12 +80,8 @@ def emnist(
     if files is None:
         raise DataUnavailableError(hint + " (or set data.download=true)")
     shift = 1 if split == "letters" else 0
-    name, classes = f"emnist-{split}", EMNIST_CLASSES[split]
-    y_train, y_test = (read_idx_labels(files[k], name, classes, first=shift) - shift for k in ("train_y", "test_y"))
-    x_train, x_test = (read_idx_images(files[k], name) for k in ("train_x", "test_x"))
-    for x, y, key in ((x_train, y_train, "train_y"), (x_test, y_test, "test_y")):
-        with reading(files[key], f"the labels of {name}'s images"):
-            same_length(y, x, "labels", "images")
+    x_train, y_train, x_test, y_test = read_idx_splits(files, f"emnist-{split}", EMNIST_CLASSES[split], first=shift)
+    y_train, y_test = y_train - shift, y_test - shift
     x_train, x_test = (normalize(x.unsqueeze(1), mean, std) for x in (x_train, x_test))
     return Dataset(x_train, y_train, x_test, y_test, num_classes=EMNIST_CLASSES[split], name="emnist")
 
