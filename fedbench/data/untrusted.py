@@ -5,7 +5,10 @@ svmlight). Three formats can: pickles (the CIFAR python batches), .npz archives 
 object arrays unless told not to) and tar archives (members may point outside the folder).
 - `load_cifar_batch` unpickles with a closed list of the globals a CIFAR batch holds (numpy's
   array and dtype rebuilders); any other global is refused before it is looked up, so a crafted
-  batch stops in one line and none of its code runs.
+  batch stops in one line and none of its code runs. BUILD sets the state of numpy arrays and dtypes
+  only (never attributes of the admitted functions), and what a batch may hold is bounded by the
+  format's sizes before any array is built: its file size, the opcodes run (each element built is
+  pushed by one) and what its values expand to (memo-shared nested lists counted, not expanded).
 - `load_npz` reads plain arrays only (allow_pickle=False) and turns a damaged file into one line.
 - `fetch_archive` downloads (checking the md5 when the source publishes one) and extracts with
   Python's "data" filter (no absolute paths, no `..`, no links out, no devices). fedbench never
