@@ -49,8 +49,7 @@ def read_idx(path: str | Path, dims: int | None = None) -> Tensor:
                                   f"data set holds ({MAX_ROWS:,} rows, {MAX_DATA_BYTES:,} bytes)")
             data = f.read(expected + 1)  # one byte more than declared tells a file that goes on
         if len(data) != expected:
-            more = "more" if len(data) > expected else f"{len(data):,} bytes"
-            raise FormatError(f"truncated or corrupt: the header says {shape} ({expected:,} bytes of data), "
-                              f"the file holds {more}")
+            held = "more" if len(data) > expected else f"{len(data):,} bytes (truncated)"
+            raise FormatError(f"the header says {shape} ({expected:,} bytes of data), the file holds {held}")
         array = np.frombuffer(data, dtype=dtype).reshape(shape)
         return torch.from_numpy(array.astype(dtype.newbyteorder("=")))

@@ -50,7 +50,8 @@ def finite(values, what: str) -> np.ndarray:
     array = numeric(values, what)
     if array.dtype.kind == "f" and not np.isfinite(array).all():
         bad = np.flatnonzero(~np.isfinite(array.reshape(-1)))
-        raise FormatError(f"{what} hold {len(bad)} non-finite values (first: {array.reshape(-1)[bad[0]]} at flat index {bad[0]})")
+        raise FormatError(f"{what} hold {len(bad)} non-finite value{'s' * (len(bad) > 1)} (the first, "
+                          f"{array.reshape(-1)[bad[0]]}, at flat index {bad[0]})")
     return array
 
 

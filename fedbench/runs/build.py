@@ -119,7 +119,7 @@ def check_setup_fits(cfg: DictConfig) -> None:
                "choose fewer users (dataset.num_users) or a smaller test sample (dataset.eval_users)")
         gib = lambda n: f"{n / 2**30:.{0 if n >= 10 * 2**30 else 1}f} GiB"  # noqa: E731
         raise ConfigError(f"dataset.num_users={ds.num_users} {what} (~{gib(need)}, more than this machine "
-                          f"has available: {gib(free)}); {fix}")
+                          f"has available); {fix}")
 
 
 def check_population(cfg: DictConfig, population) -> None:

@@ -162,7 +162,7 @@ def test_idx_content_is_checked_against_the_format(tmp_path, case):
         images = np.zeros((50, 28, 28), np.float32)
         images[3, 4, 5] = np.nan
         write_idx(folder / "train-images-idx3-ubyte", images, False)
-        needle = "pixels hold 1 non-finite values"
+        needle = "pixels hold 1 non-finite value (the first, nan, at flat index 2469)"
     elif case == "label_count":
         write_idx(folder / "train-labels-idx1-ubyte", np.zeros(49, np.uint8), False)
         needle = "49 labels but 50 images"

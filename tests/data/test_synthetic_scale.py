@@ -168,5 +168,5 @@ def test_a_population_whose_set_up_cannot_fit_is_refused_before_it_is_made(monke
     monkeypatch.setattr(batched, "available_bytes", lambda device: 100 * 2**20)  # it takes 130-150 MB
     with pytest.raises(ConfigError, match=r"^dataset.num_users=2000000 with dataset.eval_users=10 holds each user's "
                                           r"size and weight and 10 users' test data \(~0.2 GiB, more than this machine "
-                                          r"has available: 0.1 GiB\); choose fewer users"):
+                                          r"has available\); choose fewer users"):
         build_federation(make_cfg(*users))
