@@ -121,6 +121,9 @@ CASES: list[tuple[str, str]] = [
     ("dataset=synthetic dataset.generator=per_user partition=natural num_clients=30 train_loss_every=1",
      "train_loss_every=1: the full training loss needs every user's data"),
     ("dataset=synthetic partition=natural dataset.eval_users=-1", "dataset.eval_users must be >= 0 (0 = every user), got -1"),
+    # issue 42 (what a command needs is checked before it starts)
+    ("dataset=synthetic partition=natural dataset.num_users=100000000000 num_clients=100000000000",
+     "dataset.num_users=100000000000 with dataset.eval_users=1000 holds each user's size and weight"),
     # issue 32 (signals and one-line errors): Hydra's own settings, composed with the first job
     ("-m hydra/launcher=foo seed=0,1", "Unknown hydra/launcher 'foo'. Available: basic, batched"),
     ("-m hydra/sweeper=foo seed=0,1", "Unknown hydra/sweeper 'foo'. Available: basic"),
@@ -179,7 +182,7 @@ def diagnose(line: str, conf: Path | None = CONF) -> str:
 # diagnosed as above (preflight, then building the data), the others by calling the command.
 COMMAND_CASES: list[tuple[str, str]] = [
     ("run dataset=fmnist data.root={tmp}/labels_out_of_range", "labels range over 0..12; fmnist has the 10 classes 0..9"),
-    ("run dataset=fmnist data.root={tmp}/images_14x56", "the IDX header says images of 14x56 pixels; fmnist images are 28x28"),
+    ("run dataset=fmnist data.root={tmp}/images_14x56", "fmnist images must have shape nx28x28, got 50x14x56"),
     ("report --best-by accuracy", "Unknown --best-by 'accuracy'. Available: best_accuracy, final_accuracy, final_loss, rounds_to_<t>."),
     ("report --uri sqlite:///{tmp}/store.db --filter 'tags.foo =='", "--filter 'tags.foo ==' is not a valid MLflow search filter"),
     ("report --output {tmp}/garbage.db/x.md", "--output <tmp>/garbage.db/x.md: <tmp>/garbage.db is a file, not a folder"),
@@ -216,6 +219,24 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("report --uri sqlite:///{tmp}/typo.db", "no MLflow store at <tmp>/typo.db"),
     ("report --uri {tmp}/no_such_folder", "no MLflow store at <tmp>/no_such_folder"),
     ("plot --uri sqlite:///{tmp}/typo.db --output {tmp}/p", "no MLflow store at <tmp>/typo.db"),
+    # issue 42 (every reader of a user's file ends in one line naming it, with bounded resources)
+    ("run dataset=mnist data.root={tmp}/idx_255_dims",
+     "mnist/train-images-idx3-ubyte is not an IDX file: the header declares 255 dimensions; this file must have 3"),
+    ("run dataset=mnist data.root={tmp}/idx_gzip_bomb",
+     "is not an IDX file: the header says (50, 28, 28) (39,200 bytes of data), the file holds more"),
+    ("run dataset=mnist data.root={tmp}/idx_float_labels", "train-labels-idx1-ubyte is not an IDX file of mnist labels: "
+     "labels must be whole numbers, got 1.5"),
+    ("run dataset=mnist data.root={tmp}/idx_nan_pixels", "train-images-idx3-ubyte is not an IDX file of mnist images: "
+     "pixels hold 1 non-finite value (the first, nan"),
+    ("run dataset=cifar10 data.root={tmp}/cifar_nested_labels", "data_batch_1 is not a CIFAR python batch: its values "
+     "expand to more than"),
+    ("run dataset=cifar10 data.root={tmp}/cifar_build_on_a_function", "data_batch_1 is not a CIFAR python batch: it sets "
+     "the state of a function (BUILD)"),
+    ("run dataset=shakespeare dataset.source=leaf data.root={tmp}/leaf_list_at_the_top",
+     "t.json is not a LEAF JSON file: the top level must be a dict, got list"),
+    ("run dataset=shakespeare dataset.source=leaf data.root={tmp}/leaf_deep", "t.json is not a LEAF JSON file: RecursionError"),
+    ("run dataset=esr data.root={tmp}/esr_float_labels", "is not the Epileptic Seizure Recognition CSV (columns X1..X178 "
+     "and y): the labels y must be whole numbers, got 2.5"),
 ]
 
 
@@ -252,6 +273,34 @@ def make_fixtures(tmp: Path) -> None:
     (tmp / "interrupted_run").mkdir()
     (tmp / "interrupted_run" / "checkpoint.pt").write_bytes(b"")
     make_issue32_fixtures(tmp)
+    make_issue42_fixtures(tmp)
+
+
+def make_issue42_fixtures(tmp: Path) -> None:
+    """Crafted data files (issue 42 §4), each in its own data.root."""
+    import gzip
+
+    import numpy as np
+
+    from tests.data.test_data import write_idx, write_mnist_like
+    from tests.data.test_hostile_files import IDX_CASES, batch_with_labels, idx_header, leaf_root, nested_labels, write_esr
+    from tests.data.test_safe_loading import cifar_folder
+
+    for name in ("idx_255_dims", "idx_gzip_bomb", "idx_float_labels", "idx_nan_pixels"):
+        write_mnist_like(tmp / name / "mnist")
+    (tmp / "idx_255_dims" / "mnist" / "train-images-idx3-ubyte").write_bytes(IDX_CASES["255_dims"][0])
+    (tmp / "idx_gzip_bomb" / "mnist" / "train-images-idx3-ubyte").write_bytes(
+        gzip.compress(idx_header(0x08, (50, 28, 28)) + bytes(50 * 2**20)))  # 50 MB in 50 kB
+    write_idx(tmp / "idx_float_labels" / "mnist" / "train-labels-idx1-ubyte", np.full(50, 1.5, np.float32), False)
+    images = np.zeros((50, 28, 28), np.float32)
+    images[0, 0, 0] = np.nan
+    write_idx(tmp / "idx_nan_pixels" / "mnist" / "train-images-idx3-ubyte", images, False)
+    cifar_folder(tmp / "cifar_nested_labels", crafted=batch_with_labels(nested_labels(31)))
+    state = b"N}X\x0c\x00\x00\x00__defaults__X\x05\x00\x00\x00rot13\x85s\x86"
+    cifar_folder(tmp / "cifar_build_on_a_function", crafted=batch_with_labels(b"c_codecs\nencode\n" + state + b"b"))
+    leaf_root(tmp / "leaf_list_at_the_top", [1, 2])
+    leaf_root(tmp / "leaf_deep", "[" * 100_000 + "]" * 100_000)
+    write_esr(tmp / "esr_float_labels" / "esr", y="2.5")
 
 
 # issue 32 (signals and one-line errors)

@@ -13,6 +13,7 @@ from fedbench.data.population import Population
 from fedbench.data.synthetic import PerUserSynthetic, resolve_generator, eval_users as eval_users_of, sequential_users, test_count
 from fedbench.data.checksums import verify as verify_checksums
 from fedbench.data.idx import read_idx
+from fedbench.data.validate import finite, labels, reading, same_length, shaped
 from fedbench.data.locations import DEBIAN_FASHION_MNIST, IDX_STEMS, find_idx_file, fmnist_folders
 from fedbench.core.errors import DataUnavailableError, check
 from fedbench.core.registry import Registry
@@ -81,22 +82,27 @@ def _idx_dataset(
     if files is None:
         raise DataUnavailableError(_missing_hint(name, folders) + " (or set data.download=true)")
     verify_checksums(files.values(), torchvision_cls)
-    x_train = standardize_images(read_idx(files["train_x"]), mean, std)
-    x_test = standardize_images(read_idx(files["test_x"]), mean, std)
-    y_train, y_test = read_idx(files["train_y"]).long(), read_idx(files["test_y"]).long()
-    if len(x_train) != len(y_train) or len(x_test) != len(y_test):
-        raise DataUnavailableError(f"{name}: image and label files disagree in length ({folders[0]})")
-    for key, x in (("train_x", x_train), ("test_x", x_test)):
-        if tuple(x.shape[1:]) != (1, 28, 28):
-            raise DataUnavailableError(f"{files[key]}: the IDX header says images of {'x'.join(map(str, x.shape[2:] or x.shape[1:]))} "
-                                       f"pixels; {name} images are 28x28")
-    for key, y in (("train_y", y_train), ("test_y", y_test)):
-        if len(y) and (int(y.min()) < 0 or int(y.max()) >= 10):
-            raise DataUnavailableError(f"{files[key]}: labels range over {int(y.min())}..{int(y.max())}; "
-                                       f"{name} has the 10 classes 0..9")
+    x_train, y_train, x_test, y_test = read_idx_splits(files, name, 10)
+    x_train, x_test = standardize_images(x_train, mean, std), standardize_images(x_test, mean, std)
     if binary:  # LoSAC's DLG task (losac.md §4.1): label <= 5 -> 0, else 1
         return Dataset(x_train, (y_train > 5).float(), x_test, (y_test > 5).float(), num_classes=1, task="binary", name=name)
     return Dataset(x_train, y_train, x_test, y_test, num_classes=10, name=name)
+
+
+def read_idx_splits(files: dict[str, Path], name: str, num_classes: int, first: int = 0):
+    """(x_train, y_train, x_test, y_test) of an image set's four IDX files (IDX_STEMS' keys), checked
+    against the format: images [n, 28, 28] with finite pixels (an IDX file may hold
+    floats), labels whole numbers in first..first+K-1 as int64 (never floored), one per image."""
+    out = []
+    for split in ("train", "test"):
+        images, tags = read_idx(files[f"{split}_x"], dims=3), read_idx(files[f"{split}_y"], dims=1)
+        with reading(files[f"{split}_x"], f"an IDX file of {name} images"):
+            x = torch.from_numpy(shaped(finite(images.numpy(), "pixels"), (28, 28), f"{name} images"))
+        with reading(files[f"{split}_y"], f"an IDX file of {name} labels"):
+            y = torch.from_numpy(labels(tags.numpy(), first, num_classes, owner=name))
+            same_length(y, x, "labels", f"images in {files[f'{split}_x'].name}")
+        out += [x, y]
+    return tuple(out)
 
 
 def _missing_hint(name: str, folders: list[Path]) -> str:

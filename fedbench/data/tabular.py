@@ -11,6 +11,8 @@ from fedbench.data.base import Dataset
 from fedbench.data.datasets import DATASETS
 from fedbench.data.untrusted import fetch_archive
 from fedbench.core.errors import ConfigError, DataUnavailableError, check
+from fedbench.core.memory import available_memory
+from fedbench.data.validate import FormatError, finite, labels, reading, same_length
 
 HAR_URL = "https://archive.ics.uci.edu/static/public/240/human+activity+recognition+using+smartphones.zip"
 ESR_URL = "https://archive.ics.uci.edu/static/public/388/epileptic+seizure+recognition.zip"
@@ -33,6 +35,16 @@ def _tensors(x_train, y_train, x_test, y_test, binary: bool, num_classes: int, n
     )
 
 
+def _har_file(path: Path, kind: str, ndmin: int) -> np.ndarray:
+    """One of UCI HAR's text files, checked: features a finite table, labels activities 1..6 and
+    subjects volunteers 1..30, whole numbers (never floored)."""
+    with reading(path, f"UCI HAR's {kind} (numbers separated by spaces)"):
+        values = np.loadtxt(path, ndmin=ndmin)
+        if kind == "features":
+            return finite(values, "features")
+        return labels(values, 1, 6 if kind == "labels" else 30, kind, "UCI HAR")
+
+
 @DATASETS.register("har", "UCI HAR (smartphone activities): 561 features, 6 classes, 7,352/2,947; binary option")
 def har(root: str = "data", download: bool = False, binary: bool = False) -> Dataset:
     """The official split's txt files; features used as given (already in [-1, 1], losac.md §4.1).
@@ -48,12 +60,20 @@ def har(root: str = "data", download: bool = False, binary: bool = False) -> Dat
         found = next((f for f in folders if exists(f)), None)
     if found is None:
         raise DataUnavailableError(hint + " (or set data.download=true)")
-    x_train, x_test = (np.loadtxt(found / s / f"X_{s}.txt", ndmin=2) for s in ("train", "test"))
-    y_train, y_test = (np.loadtxt(found / s / f"y_{s}.txt", dtype=np.int64, ndmin=1) for s in ("train", "test"))
-    if len(x_train) != len(y_train) or len(x_test) != len(y_test) or x_train.shape[1] != x_test.shape[1]:
-        raise DataUnavailableError(f"har: feature and label files disagree in length in {found}")
+    x_train, x_test = (_har_file(found / s / f"X_{s}.txt", "features", ndmin=2) for s in ("train", "test"))
+    y_train, y_test = (_har_file(found / s / f"y_{s}.txt", "labels", ndmin=1) for s in ("train", "test"))
+    for s, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
+        with reading(found / s / f"y_{s}.txt", "UCI HAR's activity labels"):
+            same_length(y, x, "labels", f"rows in X_{s}.txt")
+    with reading(found / "test" / "X_test.txt", "UCI HAR's features"):
+        if x_train.shape[1] != x_test.shape[1]:
+            raise FormatError(f"{x_test.shape[1]} features per row, X_train.txt {x_train.shape[1]}")
     subject = found / "train" / "subject_train.txt"
-    owner = np.unique(np.loadtxt(subject, dtype=np.int64, ndmin=1), return_inverse=True)[1] if subject.is_file() else None
+    owner = None
+    if subject.is_file():
+        owner = np.unique(_har_file(subject, "subjects", ndmin=1), return_inverse=True)[1]
+        with reading(subject, "UCI HAR's volunteer ids"):
+            same_length(owner, x_train, "volunteer ids", "rows in X_train.txt")
     if binary:
         y_train, y_test = (y_train > 3).astype(np.float32), (y_test > 3).astype(np.float32)
     else:
@@ -87,12 +107,13 @@ def esr(
         raise DataUnavailableError(hint + " (or set data.download=true)")
     import pandas as pd
 
-    table = pd.read_csv(path)
-    feats = [c for c in table.columns if c.startswith("X") and c[1:].isdigit()]
-    if "y" not in table.columns or not feats:
-        raise DataUnavailableError(f"{path}: expected columns X1..X178 and y")
-    x = table[feats].to_numpy(dtype=np.float64)
-    y = table["y"].to_numpy(dtype=np.int64)
+    with reading(path, "the Epileptic Seizure Recognition CSV (columns X1..X178 and y)"):
+        table = pd.read_csv(path)
+        feats = [c for c in table.columns if c.startswith("X") and c[1:].isdigit()]
+        if "y" not in table.columns or not feats:
+            raise FormatError(f"expected columns X1..X178 and y, got {', '.join(map(str, table.columns[:5]))}...")
+        x = finite(table[feats].to_numpy(), "the features X1..X178")
+        y = labels(table["y"].to_numpy(), 1, 5, "the labels y", "ESR")
     y = (y == 1).astype(np.int64) if binary else y - 1
     tr, te = train_test_split(np.arange(len(y)), test_size=test_fraction, random_state=split_seed, stratify=y)
     x_train, x_test = x[tr], x[te]
@@ -139,10 +160,15 @@ def libsvm(
             if p is not None and not p.is_file():
                 raise DataUnavailableError(f"libsvm file not found: {p}")
     files = [str(train_path)] + ([] if test_path_ is None else [str(test_path_)])
-    try:
+    with reading(", ".join(files), "svmlight files (label index:value ...)"):
         loaded = load_svmlight_files(files)
-    except ValueError as exc:
-        raise DataUnavailableError(f"{files[0]}: not an svmlight file ({exc})") from None
+        for k, path_ in enumerate(files):
+            x_, y_ = loaded[2 * k], loaded[2 * k + 1]
+            finite(x_.data, f"the features of {path_}"), finite(y_, f"the labels of {path_}")
+            dense = x_.shape[0] * x_.shape[1] * 8  # toarray below makes it dense
+            if dense > available_memory():
+                raise FormatError(f"{path_} makes a dense table of {x_.shape[0]:,} rows x {x_.shape[1]:,} features "
+                                  f"({dense / 2**30:.1f} GiB), more than this machine has available")
     if test_path_ is None:
         x, y = loaded[0].toarray(), loaded[1]
         check(0 < test_fraction < 1, f"dataset.test_fraction must be in (0, 1), got {test_fraction}")

@@ -16,23 +16,58 @@ import torch
 from fedbench.data.base import Dataset
 from fedbench.data.datasets import DATASETS
 from fedbench.core.errors import ConfigError, DataUnavailableError, check
+from fedbench.data.validate import FormatError, finite, of_type, reading, same_length, string
 
 # LEAF's shakespeare alphabet (models/utils/language_utils.py): 80 symbols
 LEAF_LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
 TINY_SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 
 
-def read_leaf(folder: Path) -> tuple[list[str], list[list], list[list]]:
-    """All users of a LEAF split folder (*.json: users, num_samples, user_data{x, y}), in file order."""
+def read_leaf(folder: Path, x_item, y_item) -> tuple[list[str], list[list], list[list]]:
+    """All users of a LEAF split folder (*.json: users, user_data{user: {x, y}}), in file order, each
+    file checked against LEAF's format: an object, `users` a list of names, each user's x and y lists
+    of equal length whose items pass `x_item` / `y_item` (which raise FormatError)."""
     users, xs, ys = [], [], []
     for path in sorted(folder.glob("*.json")):
-        try:
-            blob = json.loads(path.read_text())
-            for u in blob["users"]:
-                users.append(u), xs.append(blob["user_data"][u]["x"]), ys.append(blob["user_data"][u]["y"])
-        except (json.JSONDecodeError, KeyError) as exc:
-            raise DataUnavailableError(f"{path} is not a LEAF JSON file ({exc.__class__.__name__}: {exc})") from None
+        with reading(path, "a LEAF JSON file"):
+            blob = of_type(json.loads(path.read_text()), dict, "the top level")
+            data = of_type(blob.get("user_data"), dict, "'user_data'")
+            for u in of_type(blob.get("users"), list, "'users'"):
+                string(u, "a user name")
+                if u not in data:
+                    raise FormatError(f"user {u!r} has no entry in 'user_data'")
+                x, y = (of_type(of_type(data[u], dict, f"user {u!r}'s data").get(k), list, f"user {u!r}'s {k!r}")
+                        for k in ("x", "y"))
+                same_length(x, y, f"inputs of user {u!r}", "labels")
+                for item in x:
+                    x_item(item)
+                for item in y:
+                    y_item(item)
+                users.append(u), xs.append(x), ys.append(y)
     return users, xs, ys
+
+
+def _windows(length: int | None = None):
+    """A check of LEAF Shakespeare windows: text, all of one length (`length`, else the first one's)."""
+    seen = [length]
+
+    def check(value) -> None:
+        seen[0] = seen[0] or len(string(value, "a window"))
+        if len(string(value, "a window")) != seen[0]:
+            raise FormatError(f"a window holds {len(value)} characters, the others {seen[0]}: {value[:40]!r}")
+    return check
+
+
+def _tweet(value) -> None:
+    """A LEAF Sent140 input: [id, date, query, user, text] (or the text alone)."""
+    if isinstance(value, list) and len(value) >= 5:
+        value = value[4]
+    string(value, "a tweet (LEAF's [id, date, query, user, text])")
+
+
+def _polarity(value) -> None:
+    if isinstance(value, bool) or value not in (0, 1):
+        raise FormatError(f"a Sent140 label must be 0 or 1, got {value!r}")
 
 
 def _leaf_folders(root: str, name: str) -> tuple[Path, Path] | None:
@@ -95,8 +130,9 @@ def shakespeare(
         def encode(strings: list[str]) -> np.ndarray:
             return np.array([[lookup.get(c, 0) for c in s] for s in strings], dtype=np.int64).reshape(len(strings), -1)
 
-        users, xs, ys = read_leaf(train_dir)
-        test_users, txs, tys = read_leaf(test_dir)
+        window, label = _windows(), _windows(1)  # one length across both splits
+        users, xs, ys = read_leaf(train_dir, window, label)
+        test_users, txs, tys = read_leaf(test_dir, window, label)
         x_train = encode([s for x in xs for s in x])
         y_train = encode([s for y in ys for s in y])[:, 0]
         owner = np.repeat(np.arange(len(users)), [len(x) for x in xs])
@@ -116,7 +152,8 @@ def shakespeare(
                 raise DataUnavailableError(f"could not download shakespeare ({exc.__class__.__name__}: {exc}). {hint}") from None
         if not path.is_file():
             raise DataUnavailableError(hint + " (or set data.download=true)")
-        text = path.read_text()
+        with reading(path, "a UTF-8 text file"):
+            text = path.read_text(encoding="utf-8")
         chars = sorted(set(text))
         lookup = {c: i for i, c in enumerate(chars)}
         codes = np.fromiter((lookup[c] for c in text), dtype=np.int64, count=len(text))
@@ -140,12 +177,17 @@ _TOKEN = re.compile(r"[\w']+|[.,!?;]")  # LEAF's split_line
 
 
 def _read_glove(path: Path, words: set[str]) -> dict[str, np.ndarray]:
+    """The vectors of `words` in a GloVe text file (word, then its numbers, per line): all of one
+    length, finite."""
     vectors = {}
-    with open(path, encoding="utf8") as f:
-        for line in f:
+    with reading(path, "a GloVe text file (a word and its numbers per line)"), open(path, encoding="utf8") as f:
+        for n, line in enumerate(f, 1):
             word, _, rest = line.rstrip().partition(" ")
             if word in words:
-                vectors[word] = np.array(rest.split(), dtype=np.float32)
+                vectors[word] = finite(np.array(rest.split(), dtype=np.float32), f"line {n}'s numbers")
+                if len(vectors[word]) != len(next(iter(vectors.values()))) or not len(vectors[word]):
+                    raise FormatError(f"line {n} holds {len(vectors[word])} numbers, the first vector "
+                                      f"{len(next(iter(vectors.values())))}")
     if not vectors:
         raise DataUnavailableError(f"{path}: no word of the corpus found (not a GloVe text file?)")
     return vectors
@@ -166,7 +208,7 @@ def _embed(texts: list[str], glove: Path, max_len: int) -> np.ndarray:
 
 def _read_sentiment140(path: Path, limit: int | None) -> tuple[list[str], np.ndarray]:
     texts, labels = [], []
-    with open(path, encoding="latin-1", newline="") as f:
+    with reading(path, "a Sentiment140 CSV file"), open(path, encoding="latin-1", newline="") as f:
         for row in csv.reader(f):
             if len(row) < 6 or row[0] not in ("0", "4"):  # the test file's neutral tweets (2) are dropped
                 continue
@@ -203,10 +245,10 @@ def sent140(
         )
     if source == "leaf":
         train_dir, test_dir = _leaf_or_raise(root, "sent140")
-        _, xs, ys = read_leaf(train_dir)
-        _, txs, tys = read_leaf(test_dir)
-        text = lambda rows: [r[4] if isinstance(r, list) else str(r) for x in rows for r in x]  # noqa: E731
-        x_train, x_test = _embed(text(xs), glove_path, max_len), _embed(text(txs), glove_path, max_len)
+        _, xs, ys = read_leaf(train_dir, _tweet, _polarity)
+        _, txs, tys = read_leaf(test_dir, _tweet, _polarity)
+        tweets = lambda rows: [r[4] if isinstance(r, list) else r for x in rows for r in x]  # noqa: E731
+        x_train, x_test = _embed(tweets(xs), glove_path, max_len), _embed(tweets(txs), glove_path, max_len)
         y_train = np.array([v for y in ys for v in y], dtype=np.float32)
         y_test = np.array([v for y in tys for v in y], dtype=np.float32)
         owner = np.repeat(np.arange(len(xs)), [len(x) for x in xs])

@@ -15,10 +15,10 @@ from torch import Tensor
 
 from fedbench.data.augment import image_augment
 from fedbench.data.base import Dataset
-from fedbench.data.datasets import DATASETS
-from fedbench.data.idx import read_idx
+from fedbench.data.datasets import DATASETS, read_idx_splits
 from fedbench.data.locations import find_idx_file
 from fedbench.data.untrusted import fetch_archive, load_cifar_batch, load_npz
+from fedbench.data.validate import FormatError, labels, reading, same_length, shaped
 from fedbench.core.errors import ConfigError, DataUnavailableError
 
 EMNIST_CLASSES = {"byclass": 62, "bymerge": 47, "balanced": 47, "letters": 26, "digits": 10, "mnist": 10}
@@ -80,23 +80,31 @@ def emnist(
     if files is None:
         raise DataUnavailableError(hint + " (or set data.download=true)")
     shift = 1 if split == "letters" else 0
-    y_train, y_test = (read_idx(files[k]).long() - shift for k in ("train_y", "test_y"))
-    x_train, x_test = (normalize(read_idx(files[k]).unsqueeze(1), mean, std) for k in ("train_x", "test_x"))
+    x_train, y_train, x_test, y_test = read_idx_splits(files, f"emnist-{split}", EMNIST_CLASSES[split], first=shift)
+    y_train, y_test = y_train - shift, y_test - shift
+    x_train, x_test = (normalize(x.unsqueeze(1), mean, std) for x in (x_train, x_test))
     return Dataset(x_train, y_train, x_test, y_test, num_classes=EMNIST_CLASSES[split], name="emnist")
 
 
 # -- CIFAR ----------------------------------------------------------------------------------
 
 
-def _read_cifar_batches(paths: list[Path], label_key: bytes) -> tuple[Tensor, Tensor]:
+def _read_cifar_batches(paths: list[Path], label_key: bytes, num_classes: int) -> tuple[Tensor, Tensor]:
+    """Images [n, 3, 32, 32] uint8 and labels [n] int64 of CIFAR python batches, each checked against the
+    format: `data` a uint8 array of rows of 3,072 bytes, labels whole numbers 0..K-1, one per row."""
     xs, ys = [], []
     for path in paths:
         batch = load_cifar_batch(path)
-        try:
-            xs.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-            ys.append(np.asarray(batch[label_key], dtype=np.int64))
-        except (KeyError, ValueError, TypeError) as exc:
-            raise DataUnavailableError(f"{path} is not a CIFAR python batch ({exc.__class__.__name__}: {exc})") from None
+        with reading(path, "a CIFAR python batch"):
+            for key in (b"data", label_key):
+                if key not in batch:
+                    raise FormatError(f"it has no {key.decode()!r} entry (it has {', '.join(map(repr, batch)) or 'none'})")
+            data = batch[b"data"]
+            if not isinstance(data, np.ndarray) or data.dtype != np.uint8:
+                raise FormatError(f"'data' must be an array of bytes (uint8), got {getattr(data, 'dtype', type(data).__name__)}")
+            xs.append(shaped(data, (3072,), "'data'").reshape(-1, 3, 32, 32))
+            ys.append(labels(batch[label_key], 0, num_classes, f"{label_key.decode()!r}"))
+            same_length(ys[-1], xs[-1], "labels", "images")
     return torch.from_numpy(np.concatenate(xs)), torch.from_numpy(np.concatenate(ys))
 
 
@@ -117,8 +125,8 @@ def _cifar(name: str, root: str, download: bool, folder: str, train: list[str], 
         found = first_existing(folders, has_all)
     if found is None:
         raise DataUnavailableError(hint + " (or set data.download=true)")
-    x_train, y_train = _read_cifar_batches([found / n for n in train], label_key)
-    x_test, y_test = _read_cifar_batches([found / n for n in test], label_key)
+    x_train, y_train = _read_cifar_batches([found / n for n in train], label_key, num_classes)
+    x_test, y_test = _read_cifar_batches([found / n for n in test], label_key, num_classes)
     return Dataset(
         normalize(x_train, mean, std), y_train, normalize(x_test, mean, std), y_test, num_classes=num_classes,
         name=name, augment=image_augment(augment, augment_pad, augment_crop_prob),
@@ -163,24 +171,46 @@ def _read_images(paths: list[Path]) -> np.ndarray:
 
     out = np.empty((len(paths), 64, 64, 3), dtype=np.uint8)
     for i, p in enumerate(paths):
-        with Image.open(p) as im:
+        with reading(p, "a 64x64 Tiny-ImageNet image"), Image.open(p) as im:
+            if im.size != (64, 64):  # checked before decoding: a small file may declare a huge image
+                raise FormatError(f"it is {im.size[0]}x{im.size[1]} pixels")
             out[i] = np.asarray(im.convert("RGB"))  # a few Tiny-ImageNet images are greyscale
     return out
 
 
 def _read_tiny(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    wnids = sorted((folder / "wnids.txt").read_text().split())  # ImageFolder's (sorted) class order
+    with reading(folder / "wnids.txt", "Tiny-ImageNet's list of class ids"):
+        wnids = sorted((folder / "wnids.txt").read_text().split())  # ImageFolder's (sorted) class order
+        if not wnids or len(set(wnids)) != len(wnids) or len(wnids) > 200:
+            raise FormatError(f"it names {len(wnids)} classes ({len(set(wnids))} distinct); Tiny-ImageNet has 200")
     cls = {w: i for i, w in enumerate(wnids)}
     train = [(p, cls[w]) for w in wnids for p in sorted((folder / "train" / w / "images").glob("*.JPEG"))]
     val = []
-    for line in (folder / "val" / "val_annotations.txt").read_text().splitlines():
-        fields = line.split("\t")
-        if len(fields) >= 2:
-            val.append((folder / "val" / "images" / fields[0], cls[fields[1]]))
+    annotations = folder / "val" / "val_annotations.txt"
+    with reading(annotations, "Tiny-ImageNet's validation labels (image<TAB>wnid per line)"):
+        for n, line in enumerate(annotations.read_text().splitlines(), 1):
+            fields = line.split("\t")
+            if len(fields) >= 2:
+                if fields[1] not in cls or Path(fields[0]).name != fields[0]:
+                    raise FormatError(f"line {n} names {fields[1]!r} / {fields[0]!r}: not a class of wnids.txt and "
+                                      f"an image file name")
+                val.append((folder / "val" / "images" / fields[0], cls[fields[1]]))
     if not train or not val:
         raise DataUnavailableError(f"{folder}: no images under train/<wnid>/images or val/images")
     return (_read_images([p for p, _ in train]), np.array([c for _, c in train]),
             _read_images([p for p, _ in val]), np.array([c for _, c in val]))
+
+
+def _checked_cache(path: Path, arrays: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """The cached arrays, checked as _read_tiny makes them: uint8 images [n, 64, 64, 3], labels 0..199."""
+    with reading(path, "fedbench's Tiny-ImageNet cache (delete it to rebuild it)"):
+        x_train, y_train, x_test, y_test = arrays
+        for x, y, split in ((x_train, y_train, "x_train"), (x_test, y_test, "x_test")):
+            if x.dtype != np.uint8:
+                raise FormatError(f"{split} must hold bytes (uint8), got {x.dtype}")
+            shaped(x, (64, 64, 3), split)
+            same_length(labels(y, 0, 200, f"the labels of {split}"), x, "labels", f"images in {split}")
+        return x_train, labels(y_train, 0, 200), x_test, labels(y_test, 0, 200)
 
 
 @DATASETS.register("tinyimagenet", "Tiny-ImageNet-200, 3x64x64, 100,000/10,000 (labelled val set; folder layout)")
@@ -208,7 +238,7 @@ def tinyimagenet(
         raise DataUnavailableError(hint + " (or set data.download=true)")
     cached = found / "fedbench_cache.npz"
     if cache and cached.is_file():
-        arrays = load_npz(cached, ("x_train", "y_train", "x_test", "y_test"))
+        arrays = _checked_cache(cached, load_npz(cached, ("x_train", "y_train", "x_test", "y_test")))
     else:
         arrays = _read_tiny(found)
         if cache:

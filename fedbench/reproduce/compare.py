@@ -313,11 +313,13 @@ def display_frame(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def to_markdown(table: pd.DataFrame, title: str = "") -> str:
+    from fedbench.tracking.report import markdown_cell
+
     show = display_frame(table)
-    header = "| " + " | ".join(show.columns) + " |"
+    header = "| " + " | ".join(map(markdown_cell, show.columns)) + " |"
     rule = "|" + "|".join("---" for _ in show.columns) + "|"
     lines = [f"### {title}", ""] if title else []
-    lines += [header, rule] + ["| " + " | ".join(row) + " |" for row in show.itertuples(index=False)]
+    lines += [header, rule] + ["| " + " | ".join(map(markdown_cell, row)) + " |" for row in show.itertuples(index=False)]
     return "\n".join(lines)
 
 

@@ -62,14 +62,9 @@ def available_bytes(device: torch.device) -> int:
     """Memory free for lanes on `device`: CUDA's free memory, or the host's MemAvailable."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 8 * 2**30
+    from fedbench.core.memory import available_memory
+
+    return available_memory()
 
 
 def split_groups(jobs: list[GroupJob], max_batch: int) -> list[list[int]]:

@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 from fedbench.core.types import LocalExtras, Setting
 from fedbench.config.validate import checked_algorithm, params_of, partition_of
 from fedbench.data import DATASETS, fingerprint, make_partition
+from fedbench.data.validate import check_dataset
 from fedbench.engine.gradients import auto_executor, auto_loop_below, eval_batch_size, make_grad_fn
 from fedbench.engine.lazy_clients import LazyClientData
 from fedbench.engine.local import ClientData, objective_gradient
@@ -81,23 +82,44 @@ def client_gradient_bytes(grad_fn, x0: torch.Tensor, x: torch.Tensor, y: torch.T
 
 
 EAGER_SYNTHETIC_BYTES = 240_000  # memory per user of the sequential generator's data set (issue 35's measure)
+# The per_user generator's set-up, measured as peak RSS of build_federation (issue 42): 66-73 bytes per user
+# (sizes, hashes, weights, client tables' index) and 10.6 kB per evaluated user at test_fraction 0.2.
+PER_USER_SETUP_BYTES = 96
+EVAL_USER_BYTES_PER_TEST_FRACTION = 80_000
 
 
-def check_eager_fits(cfg: DictConfig) -> None:
-    """The sequential synthetic generator holds every user's data: refuse a population that cannot fit
-    before minutes of generating it end in the kernel's OOM killer."""
+def setup_bytes(cfg: DictConfig) -> tuple[int, str]:
+    """What setting up the run will hold in memory, estimated from the config before anything is made
+    (0 where it does not grow with a setting), and what holds it."""
     from fedbench.data.synthetic import resolve_generator
 
     ds = cfg.dataset
-    if ds.name != "synthetic" or resolve_generator(str(ds.get("generator", "sequential")), ds.num_users) != "sequential":
+    if ds.name != "synthetic":
+        return 0, ""
+    users = int(ds.num_users)
+    if resolve_generator(str(ds.get("generator", "sequential")), users) == "sequential":
+        return users * EAGER_SYNTHETIC_BYTES, "with dataset.generator=sequential holds every user's data in memory"
+    tested = users if int(ds.get("eval_users", 0)) <= 0 else min(users, int(ds.eval_users))
+    need = users * PER_USER_SETUP_BYTES + int(tested * EVAL_USER_BYTES_PER_TEST_FRACTION * float(ds.get("test_fraction", 0.2)))
+    return need, f"with dataset.eval_users={ds.get('eval_users', 0)} holds each user's size and weight and {tested} users' test data"
+
+
+def check_setup_fits(cfg: DictConfig) -> None:
+    """Refuse, before allocating anything, a run whose set-up cannot fit in the memory available: minutes
+    of generating would end in a traceback or the kernel's OOM killer."""
+    need, what = setup_bytes(cfg)
+    if not need:
         return
     from fedbench.runs.batched import available_bytes
 
-    need, free = int(ds.num_users) * EAGER_SYNTHETIC_BYTES, available_bytes(torch.device("cpu"))
+    free = available_bytes(torch.device("cpu"))
     if need > free:
-        raise ConfigError(f"dataset.num_users={ds.num_users} with dataset.generator=sequential holds every user's data "
-                          f"in memory (~{need / 2**30:.0f} GiB, more than this machine has available); "
-                          "dataset.generator=per_user makes each user's data when it is sampled")
+        ds = cfg.dataset
+        fix = ("dataset.generator=per_user makes each user's data when it is sampled" if "sequential" in what else
+               "choose fewer users (dataset.num_users) or a smaller test sample (dataset.eval_users)")
+        gib = lambda n: f"{n / 2**30:.{0 if n >= 10 * 2**30 else 1}f} GiB"  # noqa: E731
+        raise ConfigError(f"dataset.num_users={ds.num_users} {what} (~{gib(need)}, more than this machine "
+                          f"has available); {fix}")
 
 
 def check_population(cfg: DictConfig, population) -> None:
@@ -125,12 +147,13 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
     cfg = cfgs[0]
     algorithms = [checked_algorithm(c) for c in cfgs]  # each config is validated here unless preflight did
     device = resolve_device(str(cfg.engine.device))
-    check_eager_fits(cfg)
+    check_setup_fits(cfg)
     dataset = DATASETS.get(cfg.dataset.name)(
         root=str(cfg.data.root), download=bool(cfg.data.download), **{
             k: v for k, v in params_of(cfg.dataset).items() if k not in ("root", "download")
         }
     )
+    check_dataset(dataset, f"dataset {cfg.dataset.name} (data.root={cfg.data.root})")  # behind each reader's own checks
     positive = cfg.data.get("binary_classes")
     if positive:
         if dataset.task != "classification":

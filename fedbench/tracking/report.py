@@ -371,10 +371,16 @@ def build_table(frame: pd.DataFrame, settings: list[str] | None, target: float |
     return format_table(summarize(frame, settings, target, baseline, best_by, last), target, baseline)
 
 
+def markdown_cell(value: object) -> str:
+    """`value` as one cell of a Markdown table: a `|` in a setting (`algorithm.name=a|b`) would start a
+    new column and a line break a new row: pipes are escaped (after backslashes, which escape them) and lines joined."""
+    return " ".join(str(value).replace("\\", "\\\\").replace("|", "\\|").splitlines())
+
+
 def to_markdown(table: pd.DataFrame) -> str:
-    cols = [str(c) for c in table.columns]
+    cols = [markdown_cell(c) for c in table.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    lines += ["| " + " | ".join(markdown_cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
     return "\n".join(lines)
 
 

@@ -138,7 +138,7 @@ def test_auto_is_the_sequential_generator_where_it_fits_and_per_user_beyond():
     users, so no earlier result changes; a made-on-demand population beyond, so the issue's
     `dataset.num_users=1000000` command runs without naming a generator."""
     from fedbench.data.synthetic import AUTO_SEQUENTIAL_USERS, resolve_generator
-    from fedbench.runs.build import check_eager_fits
+    from fedbench.runs.build import check_setup_fits
     from fedbench.runs.single import config_hash
     from tests.conftest import make_cfg
 
@@ -150,5 +150,23 @@ def test_auto_is_the_sequential_generator_where_it_fits_and_per_user_beyond():
     small = ("dataset=synthetic", "partition=natural", "num_clients=30")
     assert config_hash(make_cfg(*small)) == config_hash(make_cfg(*small, "dataset.generator=sequential"))
     huge = ("dataset=synthetic", "partition=natural", "dataset.num_users=1000000", "num_clients=1000000")
-    check_eager_fits(make_cfg(*huge))  # auto: made on demand, nothing to hold
+    check_setup_fits(make_cfg(*huge))  # auto: made on demand, nothing to hold
     assert config_hash(make_cfg(*huge)) == config_hash(make_cfg(*huge, "dataset.generator=per_user"))
+
+
+def test_a_population_whose_set_up_cannot_fit_is_refused_before_it_is_made(monkeypatch):
+    """Issue 42 §5: dataset.num_users=10^9 allocated 9 GB of per-user sizes at set-up and died in a
+    traceback; the set-up's estimate (per user, and per evaluated user) is checked against the memory
+    available first."""
+    import fedbench.runs.batched as batched
+    from fedbench.core.errors import ConfigError
+    from fedbench.runs.build import build_federation
+    from tests.conftest import make_cfg
+
+    users = ("dataset=synthetic", "partition=natural", "dataset.num_users=2000000", "num_clients=2000000",
+             "dataset.eval_users=10")
+    monkeypatch.setattr(batched, "available_bytes", lambda device: 100 * 2**20)  # it takes 130-150 MB
+    with pytest.raises(ConfigError, match=r"^dataset.num_users=2000000 with dataset.eval_users=10 holds each user's "
+                                          r"size and weight and 10 users' test data \(~0.2 GiB, more than this machine "
+                                          r"has available\); choose fewer users"):
+        build_federation(make_cfg(*users))

@@ -192,3 +192,18 @@ def test_the_reproduction_figure_labels_close_targets_without_overlap():
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
     [legend] = fig.legends
     assert not any(legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer)) for ax in fig.axes)
+
+
+def test_a_pipe_or_line_break_in_a_setting_stays_in_its_cell():
+    import re
+
+    from fedbench.tracking.report import build_table, to_markdown
+
+    rows = grid_rows()
+    for row in rows:
+        row["params"]["partition.alpha"] = "0.1|x" if row["params"]["seed"] == "0" else "a\\|b\nc"
+    lines = to_markdown(build_table(as_frame(rows), None, None, None, None)).splitlines()
+    cells = [re.split(r"(?<!\\)\|", line.strip())[1:-1] for line in lines]  # split at unescaped pipes only
+    assert len(lines) == 2 + 4 and {len(c) for c in cells} == {len(cells[0])}
+    settings = {c[cells[0].index(" setting ")].strip() for c in cells[2:]}
+    assert settings == {"partition.alpha=0.1\\|x", "partition.alpha=a\\\\\\|b c"}
