@@ -45,7 +45,7 @@ def test_figures_of_one_run_and_of_a_split_name_their_setting(tmp_path):
     from fedbench.tracking.plots import setting_title
 
     title = setting_title(make_cfg("partition.alpha=0.1", "seed=3"))
-    assert title == "fedavg on digits, dirichlet (alpha=0.1), 10/20 clients per round, seed 3"
+    assert title == "fedavg: Digits, Dirichlet(0.1), MCLR, 10 of 20 clients, seed 3"  # a caption (issue 41)
     for style in ("heatmap", "bars"):
         out = fedbench("data", "show", "--style", style, "--out", str(tmp_path / f"{style}.png"), "partition.alpha=0.2",
                        cwd=tmp_path)
