@@ -360,7 +360,6 @@ def summarize(frame: pd.DataFrame, settings: list[str] | None, target, baseline:
         frame = best_configs(frame, keys, settings, best_by)
     groups = frame.groupby(keys, dropna=False)
     table = groups.size().rename("n").to_frame()
-    table["hyperparameters"] = groups["hyperparameters"].first()
     for metric in ["final_accuracy", "best_accuracy", *([f"last_{last}_accuracy"] if last else [])]:
         table[f"{metric}_mean"] = groups[metric].mean()
         table[f"{metric}_std"] = groups[metric].std(ddof=1)
@@ -377,6 +376,7 @@ def summarize(frame: pd.DataFrame, settings: list[str] | None, target, baseline:
                 for (_, setting), m in every.items()]
     if targets:
         table["rounds"] = groups["_rounds"].max()  # each run's own budget (runs of one row share it)
+    table["hyperparameters"] = groups["hyperparameters"].first()  # after the numbers: csv's columns stay put
     if best_by:
         table["best config"] = groups["best config"].first()
     return table.reset_index()
