@@ -118,7 +118,7 @@ def unknown_top_level_key(root: str, rest: list[str], keys: set[str], conf_dir: 
 
     try:
         config = OmegaConf.to_container(compose([*rest, *search], directory=conf_dir), resolve=False)
-    except Exception:  # the rest of the job has an error of its own: suggest from the files
+    except Exception:  # noqa: BLE001 - the rest of the job has an error of its own: suggest from the files
         config = None
     hint = suggest.one_level_down(root, config, conf_dir, ("algorithm", "partition", "dataset", "model", "engine",
                                                            "tracking"), extra)

@@ -177,7 +177,7 @@ def own_hyperparameters(frame: pd.DataFrame, settings: list[str] = ()) -> pd.Ser
     base = frame.apply(method_label, axis=1)
     own = [c for c in frame if c.startswith("param:algorithm.") and c not in METHOD_PARAMS and c[6:] not in settings]
     shown = pd.Series("", index=frame.index)
-    for _, index in base.groupby(base).groups.items():
+    for index in base.groupby(base).groups.values():
         runs = frame.loc[index]
         fixed = [c for c in own if runs[c].notna().any() and not varies(runs[c])]
         shown[index] = runs[fixed].apply(
@@ -407,7 +407,7 @@ def format_table(stats: pd.DataFrame, target, baseline: str | None) -> pd.DataFr
     for t in targets:
         col = f"rounds_to_{t:g}"
 
-        def rounds_cell(r) -> str:
+        def rounds_cell(r, col: str = col) -> str:
             k, n = int(r[f"{col}_reached"]), int(r["n"])
             if k == 0:
                 return f">{int(r['rounds'])} (0/{n})" if pd.notna(r["rounds"]) else f"- (0/{n})"

@@ -110,6 +110,7 @@ def test_ctrl_c_during_the_tests_prints_the_summary_and_stops_the_sessions_proce
     `fedbench` program itself takes over the signal while it starts."""
     import os
     import signal
+    from pathlib import Path
 
     from tests.faultkit import env
 
@@ -128,10 +129,11 @@ def test_ctrl_c_during_the_tests_prints_the_summary_and_stops_the_sessions_proce
     assert proc.returncode == pytest.ExitCode.INTERRUPTED and "KeyboardInterrupt" in rest, rest[-2000:]
     assert "error: interrupted" not in rest
     pid = int((tmp_path / "worker.pid").read_text())
+    stat = Path(f"/proc/{pid}/stat")
     try:
         os.kill(pid, 0)
-        alive = open(f"/proc/{pid}/stat").read().split()[2] != "Z" if os.path.exists(f"/proc/{pid}/stat") else True
-    except ProcessLookupError:
+        alive = stat.read_text().split()[2] != "Z" if stat.exists() else True  # a zombie has ended
+    except (ProcessLookupError, FileNotFoundError):
         alive = False
     if alive:
         os.kill(pid, signal.SIGKILL)
