@@ -34,6 +34,15 @@ CASES: list[tuple[str, str]] = [
     ("+dataset.scale=2", "Unknown parameter dataset.scale for dataset 'digits'"),
     ("learning_rate=0.1", "Unknown top-level key 'learning_rate'"),
     ("roundz=5", "Unknown top-level key 'roundz'. Available: aggregation, algorithm"),
+    # suggestions follow what users type (issue 41): aliases, a plain name before a paper's variant, a key one level down
+    ("dataset=fashion_mnist", "Did you mean 'fmnist'?"),
+    ("dataset=Fashion-MNIST", "Did you mean 'fmnist'?"),
+    ("dataset=cifar-10", "Did you mean 'cifar10'?"),
+    ("model=resnet18", "Did you mean 'resnet18_gn'?"),
+    ("mu=0.1", "It is a key of algorithm=fedac, feddane, fedprox: choose one and set algorithm.mu."),
+    ("algorithm=fedprox mu=0.1", "Did you mean 'algorithm.mu'?"),
+    ("alpha=0.3", "Did you mean 'partition.alpha'?"),
+    ("+option=I algorithm=scaffold", "Did you mean 'algorithm.option'?"),
     # sizes and counts
     ("rounds=0", "rounds must be an integer >= 1, got 0"),
     ("rounds=-5", "rounds must be an integer >= 1, got -5"),

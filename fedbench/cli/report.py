@@ -14,6 +14,8 @@ Examples:
 
   fedbench report --experiment fedbench --target 0.8 --baseline fedavg
 
+  fedbench report --target 0.75 --target 0.8          # a rounds-to-target column (and speed-up) per target
+
   fedbench report --experiment tune --best-by final_accuracy --format csv --output best.csv
 
   fedbench report --target 0.8 --format html --output results/page.html    # one page: table, curves, provenance
@@ -36,7 +38,7 @@ def report(
     experiment: Annotated[str, typer.Option(help="MLflow experiment (tracking.experiment of the runs).")] = "fedbench",
     filter_string: Annotated[str, typer.Option("--filter", help="MLflow search filter, e.g. \"tags.sweep_dir LIKE '%04-10%'\".")] = "",
     setting: Annotated[list[str] | None, typer.Option(help="Param(s) that make a setting (repeatable); default: every run key that varies across the runs (an algorithm's own keys tell its variants apart instead).")] = None,
-    target: Annotated[float | None, typer.Option(help="Accuracy target for the rounds-to-target column (any value: computed from each run's history).")] = None,
+    target: Annotated[list[float] | None, typer.Option(help="Accuracy target for a rounds-to-target column (any value: computed from each run's history); repeatable: a column per target.")] = None,
     last: Annotated[int, typer.Option(help="Add the mean test accuracy over each run's last K rounds.", metavar="K")] = 0,
     baseline: Annotated[str | None, typer.Option(help="Method for the speed-up column (needs --target).")] = None,
     best_by: Annotated[str | None, typer.Option(help="Keep each algorithm's best config by this metric: final_accuracy | best_accuracy | final_loss | rounds_to_<t>.")] = None,
@@ -50,13 +52,13 @@ def report(
 
     if fmt is Format.html and output is None:
         output = DEFAULT_PAGE
-    target = tables.check_request(None, setting, target, baseline, best_by, last)
+    targets = tables.check_request(None, setting, target, baseline, best_by, last)
     if output is not None:
         check_output_file(output, "--output", create_folders=True)
     frame = tables.finished_runs(uri, experiment, filter_string)
-    tables.check_request(frame, setting, target, baseline, best_by, last)
-    stats = tables.summarize(frame, setting or None, target, baseline, best_by, last)
-    table = tables.format_table(stats, target, baseline)
+    tables.check_request(frame, setting, targets, baseline, best_by, last)
+    stats = tables.summarize(frame, setting or None, targets, baseline, best_by, last)
+    table = tables.format_table(stats, targets, baseline)
     if fmt is Format.html:
         from fedbench.tracking.page import report_page
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union
 
 from fedbench.config.schema import Spec, spec_of
+from fedbench.config.suggest import nested_key
 from fedbench.core.errors import ConfigError, did_you_mean, unknown_choice
 
 _WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
@@ -138,6 +139,9 @@ def check_section(values: Mapping[str, Any], schema: type, where: str = "") -> N
     for key in values:
         if key not in fields:
             if not where:
+                if (full := nested_key(key, values)) is not None:  # +mu=0.1 beside algorithm.mu
+                    raise ConfigError(f"Unknown top-level key {key!r}. Available: {', '.join(sorted(fields))}. "
+                                      f"Did you mean {full!r}?")
                 raise unknown_choice("top-level key", key, fields)
             raise unknown_key(where, key, list(fields))
     for name, f in fields.items():

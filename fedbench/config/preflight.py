@@ -7,8 +7,9 @@ import functools
 import itertools
 from pathlib import Path
 
+from fedbench.config import suggest
 from fedbench.config.renames import renamed_message
-from fedbench.core.errors import ConfigError, unknown_choice
+from fedbench.core.errors import ConfigError
 
 GROUPS = ("dataset", "partition", "model", "algorithm", "engine", "tracking", "experiment", "scale")
 MAX_GRID_JOBS = 100_000  # a larger grid is refused, not checked for minutes
@@ -93,11 +94,11 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
             key, _, value = item.lstrip("+~").partition("=")
             root = key.split(".")[0].split("/")[0]
             if not item.startswith("+") and root not in keys:
-                raise unknown_choice("top-level key", root, sorted(keys - {"hydra"}))
+                raise unknown_top_level_key(root, [o for o in job if o != item], keys, conf_dir, search, extra)
             if key in GROUPS and value not in ("null", "") and value not in choices(key):
                 if message := renamed_message(key, value):
                     raise ConfigError(message)  # an old name (config.renames), unless a --config-dir has it
-                raise unknown_choice(key, value, choices(key))
+                raise suggest.unknown_choice(key, value, choices(key))  # fashion_mnist -> fmnist
         if number == 0:
             cfg = compose([*job, *search, *placement], return_hydra_config=True, directory=conf_dir)
             check_output_dir(cfg, multirun)
@@ -105,6 +106,25 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
         else:
             cfg = composer(job)
         validate(cfg)
+
+
+def unknown_top_level_key(root: str, rest: list[str], keys: set[str], conf_dir: Path, search: list[str],
+                          extra: tuple[Path, ...]) -> ConfigError:
+    """`mu=0.1`: the valid top-level keys, and the key one level down that the user meant (algorithm.mu:
+    in the job's config, composed without the key, or in the group files that have it)."""
+    from omegaconf import OmegaConf
+
+    from fedbench.config.compose import compose
+
+    try:
+        config = OmegaConf.to_container(compose([*rest, *search], directory=conf_dir), resolve=False)
+    except Exception:  # noqa: BLE001 - the rest of the job has an error of its own: suggest from the files
+        config = None
+    hint = suggest.one_level_down(root, config, conf_dir, ("algorithm", "partition", "dataset", "model", "engine",
+                                                           "tracking"), extra)
+    valid = sorted(keys - {"hydra"})
+    return ConfigError(f"Unknown top-level key {root!r}. Available: {', '.join(valid)}."
+                       + (hint or suggest.did_you_mean(root, valid)))
 
 
 class JobComposer:

@@ -160,6 +160,8 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
                 if stop.requested:
                     interrupted.update(batch)
                     continue
+                for k in batch:  # its wall_time is its share of this turn's rounds
+                    sessions[k].lanes = len(batch)
                 run_lanes([built[k][0] for k in batch], [sessions[k].state for k in batch],
                           lambda i, st, m: on_round(batch[i], st, m),
                           lambda i, st, exc: on_failure(batch[i], st, exc))

@@ -79,14 +79,32 @@ def collect_failures(sweep_dir: Path) -> list[str]:
     return [p.read_text().strip() for p in sorted(sweep_dir.glob(f"**/{FAILED_MARKER}"))]
 
 
+# Every sweep whose grid holds a run, as `|<sweep folder>|<sweep folder>|`: a relaunched sweep skips the jobs
+# that FINISHED (tracking.skip_finished), so their runs keep the `sweep_dir` of the sweep that trained them,
+# and a filter on it would cover part of the grid; the relaunch adds itself here instead (runs.single.Job).
+SWEEPS_TAG = "sweep_dirs"
+
+
+def with_sweep(sweeps: str | None, sweep_dir: str) -> str:
+    """The SWEEPS_TAG value `sweeps` (or none yet) with `sweep_dir` added, each folder once."""
+    folders = [f for f in (sweeps or "").split("|") if f]
+    return "|" + "|".join(dict.fromkeys([*folders, sweep_dir])) + "|"
+
+
+def sweep_filter(sweep_dir: str) -> str:
+    """The MLflow filter of every run of the sweep in `sweep_dir`, trained by it or skipped as FINISHED."""
+    return f"tags.{SWEEPS_TAG} LIKE '%|{sweep_dir}|%'"
+
+
 def report_command(config: DictConfig) -> str:
-    """The ready-to-paste `fedbench report` of this sweep's runs (their sweep_dir tag), with the first
-    target of the config, and the first algorithm of the grid as the baseline when algorithms are swept."""
+    """The ready-to-paste `fedbench report` of every job of this sweep's grid (sweep_filter: the jobs it
+    skipped as FINISHED included), with the first target of the config, and the first algorithm of the
+    grid as the baseline when algorithms are swept."""
     import shlex
 
     sweep_dir = str(Path(config.hydra.sweep.dir).resolve())
     args = ["fedbench report --experiment", shlex.quote(str(config.tracking.experiment)),
-            f"--filter \"tags.sweep_dir = '{sweep_dir}'\""]
+            f"--filter \"{sweep_filter(sweep_dir)}\""]
     if config.tracking.get("uri"):
         args += ["--uri", shlex.quote(str(config.tracking.uri))]
     targets = list(config.get("targets") or [])

@@ -5,6 +5,7 @@ group (runs.batched) and hand Hydra each job's objective."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -60,6 +61,7 @@ def launch_batched(hydra_context, config, job_overrides: Sequence[Sequence[str]]
         with open_dict(sweep_config):
             sweep_config.hydra.job.id = idx
             sweep_config.hydra.job.num = idx
+        configure_log(config.hydra.hydra_logging, config.hydra.verbose)  # the last job's logging set up its own
         log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
         returns.append(run_job(hydra_context=hydra_context, task_function=register, config=sweep_config,
                                job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir"))
@@ -69,7 +71,7 @@ def launch_batched(hydra_context, config, job_overrides: Sequence[Sequence[str]]
     where = f" as Ray tasks on {ray['address']}" if ray else ""
     print(f"fedbench: batched launcher: {len(jobs)} job(s) in {len(groups)} group(s){where}", flush=True)
     for line in describe_groups(specs, groups):
-        print(f"  {line}", flush=True)
+        print(f"fedbench:   {line}", flush=True)
     grouped = [([jobs[i] for i in members], [specs[i] for i in members]) for members in groups]
     values = on_ray(ray, grouped) if ray else [train_group(*group) for group in grouped]
     for members, group_values in zip(groups, values):
@@ -84,10 +86,14 @@ def train_group(jobs: list[HydraJob], specs: list[GroupJob]) -> list[float]:
     marked in its folder for the sweep's end)."""
     from fedbench.runs.single import objective_value
 
+    start = time.perf_counter()
     try:
         results = run_group(specs)
     except KeyboardInterrupt as exc:
         interrupted(jobs[0], exc)
+    print(f"fedbench: group of job(s) {', '.join(str(job.num) for job in jobs)}: {time.perf_counter() - start:.1f} s "
+          "of wall-clock time (building, training, evaluating and recording its lanes; a lane's training time is "
+          "its share of the rounds)", flush=True)
     return [job_failed(job, result) if isinstance(result, BaseException) else objective_value(result, job.cfg)
             for job, result in zip(jobs, results)]
 

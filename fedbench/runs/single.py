@@ -111,6 +111,7 @@ class Job:
         self.claims: list[Path] = []  # the folders this run owns (core.ownership) until it ends
         self.recorder = None  # until open() makes it
         self.saved_round: int | None = None  # the round of the checkpoint on disk, once one is known
+        self.lanes = 1  # trained as one of this many lanes (runs.batched): its wall_time is its share
 
     def open(self, fed, info, extra_tags: dict[str, str] | None = None) -> dict[str, Any] | None:
         """Prepare the record and the state to train from; returns the summary instead when there is
@@ -154,11 +155,20 @@ class Job:
             self.warmup = warm_up(fed, self.state)  # while the writer opens the store (its answer awaited next)
         self.checkpoint = run_dir / CHECKPOINT_NAME
         self.digest = digest = config_hash(cfg)
-        if self.sweep and cfg.tracking.get("skip_finished", True):
-            previous = recorder.find_previous(digest)
+        skipping = self.sweep and cfg.tracking.get("skip_finished", True)
+        previous = recorder.find_previous(digest) if skipping else None
+        if tags and tags.get("sweep_dir"):  # this sweep's grid holds the run: runs.callbacks.SWEEPS_TAG
+            from fedbench.runs.callbacks import SWEEPS_TAG, with_sweep
+
+            known = {} if previous is None else previous.data.tags  # a run from before the tag: its sweep_dir
+            sweeps = known.get(SWEEPS_TAG) or (with_sweep(None, known["sweep_dir"]) if known.get("sweep_dir") else None)
+            tags = self.tags = {**tags, SWEEPS_TAG: with_sweep(sweeps, tags["sweep_dir"])}
+        if skipping:
             if previous is not None and previous.info.status == "FINISHED":
                 say(f"skipped, this configuration FINISHED as MLflow run {previous.info.run_id} "
                     "(tracking.skip_finished=false runs it again)")
+                if tags and tags.get("sweep_dir") and getattr(recorder, "client", None) is not None:
+                    recorder.client.set_tag(previous.info.run_id, SWEEPS_TAG, tags[SWEEPS_TAG])
                 return recorder.summary_of(previous)
             earlier = Path(previous.data.tags.get("run_dir", "")) if previous is not None else None
             if earlier is not None and earlier.is_absolute() and earlier.is_dir() and earlier.resolve() != run_dir.resolve():
@@ -305,6 +315,7 @@ class Job:
             final_loss=next((h["test_loss"] for h in reversed(state.history) if "test_loss" in h), None),
             wall_time=state.wall_time,
             eval_time=state.eval_time,
+            lanes=self.lanes,
             rounds=state.round,
             tracking_uri=self.recorder.uri,
             run_dir=str(self.run_dir),
@@ -393,7 +404,9 @@ def format_summary(summary: dict[str, Any], rounds: int, hint: bool = True) -> s
     for target, reached in summary.get("rounds_to_target", {}).items():
         lines.append(f"rounds to {target:g}".ljust(21) + format_rounds(reached, rounds))
     evaluation = f", evaluation {summary['eval_time']:.1f} s more" if summary.get("eval_time") else ""
-    lines.append(f"wall time            {summary['wall_time']:.1f} s ({summary['rounds']} rounds){evaluation}")
+    lanes = int(summary.get("lanes") or 1)  # a lane of the batched launcher: its share of the group's rounds
+    share = f"; its share as 1 of {lanes} lanes trained together, the group's wall-clock time follows" if lanes > 1 else ""
+    lines.append(f"training time        {summary['wall_time']:.1f} s ({summary['rounds']} rounds{share}){evaluation}")
     lines.append(f"MLflow run           {summary['run_id']}")
     if summary.get("run_dir"):  # what `fedbench resume` takes, and where the checkpoint is
         lines.append(f"run folder           {summary['run_dir']}")

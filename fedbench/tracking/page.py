@@ -78,7 +78,7 @@ def shared_settings(frame: pd.DataFrame) -> dict[str, str]:
 def report_page(path: Path, frame: pd.DataFrame, table: pd.DataFrame, settings: list[str], experiment: str,
                 filter_string: str, uri: str | None, command: str) -> Path:
     """`fedbench report --format html`: the table, the test-accuracy curves (mean ± std over seeds per
-    method and setting), the runs with their config hashes, the shared settings and the provenance.
+    method, its own hyperparameters and setting), the runs with their config hashes, the shared settings and the provenance.
     `frame`: the runs, labelled (report.labelled)."""
     import pandas as pd
 
@@ -96,10 +96,12 @@ def report_page(path: Path, frame: pd.DataFrame, table: pd.DataFrame, settings: 
         figures.append(("Test accuracy per round: mean over seeds, band ± one sample standard deviation.",
                         figure_png(comparison_figure(curves, "test_accuracy", "round", heading))))
     runs = pd.DataFrame({
-        "method": frame["algorithm"], "setting": frame["setting"], "seed": frame.get("param:seed"),
+        "method": frame["algorithm"], "hyperparameters": frame["hyperparameters"], "setting": frame["setting"],
+        "seed": frame.get("param:seed"),
         "final accuracy": frame["final_accuracy"].map(lambda v: "" if pd.isna(v) else f"{v:.4f}"),
         "config hash": frame.get("tag:config_hash"), "MLflow run": frame["run_id"],
     }).sort_values(["method", "setting", "seed"])
+    runs = runs.drop(columns=[c for c in ("hyperparameters", "setting") if (runs[c] == "").all()])  # nothing to say
     sections = [Section("Results", intro, [("", table)], figures),
                 Section("Runs", [f"Each run's config hash (the resolved config, placement aside) and its MLflow run "
                                  f"in {resolve_tracking_uri(uri)}."], [("", runs)])]

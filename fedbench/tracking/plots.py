@@ -55,13 +55,52 @@ def _curves_figure(columns: tuple[str, ...]):
     return _CURVES[columns]
 
 
+# How papers write the names of data sets, splits and models in a figure's caption; others as recorded.
+SHOWN_NAMES = {
+    "fmnist": "FMNIST", "mnist": "MNIST", "emnist": "EMNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100",
+    "tinyimagenet": "Tiny ImageNet", "digits": "Digits", "synthetic": "Synthetic", "shakespeare": "Shakespeare",
+    "sent140": "Sent140", "har": "HAR", "esr": "ESR", "libsvm": "LIBSVM", "sparse_logreg": "sparse logistic regression",
+    "lstsq": "least squares",
+    "dirichlet": "Dirichlet", "dirichlet_balanced": "balanced Dirichlet", "iid": "IID", "iid_stratified": "stratified IID",
+    "shards": "shards", "label_k": "label-k", "c_noniid": "c-non-IID", "label_sorted": "label-sorted",
+    "natural": "natural split", "quantity_skew": "quantity skew", "imbalanced_shards": "imbalanced shards",
+    "pfl_noniid": "PFL non-IID", "composite_mnist": "composite MNIST",
+    "mclr": "MCLR", "mlp_2nn": "MLP (2NN)", "cnn": "CNN", "resnet18_gn": "ResNet-18-GN", "logreg": "logistic regression",
+    "linear": "linear", "matrix": "matrix",
+}
+SKEW_KEYS = ("alpha", "c", "k", "shards_per_client", "sigma")  # the number a split's name is written with
+
+
+def caption(values) -> str:
+    """A figure's caption from a run's keys (a config, or a {dotted key: value} mapping of what several runs
+    share), e.g. `FMNIST, Dirichlet(0.3), MCLR, 10 of 20 clients`; a key absent is left out."""
+    from omegaconf import DictConfig, OmegaConf
+
+    def get(key: str):
+        value = OmegaConf.select(values, key, default=None) if isinstance(values, DictConfig) else values.get(key)
+        return None if value is None or str(value) in ("", "None", "nan") else value
+
+    parts = []
+    if (dataset := get("dataset.name")) is not None:
+        parts.append(SHOWN_NAMES.get(str(dataset), str(dataset)))
+    if (partition := get("partition.name")) is not None:
+        name = SHOWN_NAMES.get(str(partition), str(partition))
+        skew = [str(get(f"partition.{k}")) for k in SKEW_KEYS if get(f"partition.{k}") is not None]
+        parts.append(f"{name}({', '.join(skew)})" if skew else name)
+    if (model := get("model.name")) is not None:
+        parts.append(SHOWN_NAMES.get(str(model), str(model)))
+    cohort, population = get("clients_per_round"), get("num_clients")
+    if cohort is not None and population is not None:
+        parts.append(f"{cohort} of {population} clients")
+    elif population is not None:
+        parts.append(f"{population} clients")
+    return ", ".join(parts)
+
+
 def setting_title(cfg) -> str:
-    """What a figure of one run shows: algorithm, data, split (with its skew), clients, seed."""
-    partition = str(cfg.partition.name)
-    skew = ", ".join(f"{k}={cfg.partition[k]}" for k in ("alpha", "c", "k", "shards_per_client") if k in cfg.partition)
-    split = f"{partition} ({skew})" if skew else partition
-    return (f"{cfg.algorithm.name} on {cfg.dataset.name}, {split}, "
-            f"{cfg.clients_per_round}/{cfg.num_clients} clients per round, seed {cfg.seed}")
+    """What a figure of one run shows, as a caption: algorithm, data, split (with its skew), model,
+    clients, seed, e.g. `fedavg: Digits, Dirichlet(0.1), MCLR, 10 of 20 clients, seed 3`."""
+    return f"{cfg.algorithm.name}: {caption(cfg)}, seed {cfg.seed}"
 
 
 def comparison_stats(curves: pd.DataFrame, metric: str, x: str) -> pd.DataFrame:

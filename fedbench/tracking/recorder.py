@@ -143,6 +143,7 @@ class Drawing:
     def _draw(self, history, folder: Path, title: str) -> None:
         try:
             frame = pd.DataFrame(history)
+            frame = frame[["round", *(c for c in frame if c != "round")]] if "round" in frame else frame  # a table's key first
             frame.to_csv(folder / "metrics.csv", index=False)
             self.paths.append(folder / "metrics.csv")
             png = plot_curves(frame, folder / "curves.png", title)

@@ -61,8 +61,8 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
 
 
 def metric_curves(frame: pd.DataFrame, uri: str | None, metric: str, x: str = "round") -> pd.DataFrame:
-    """Per run (frame's rows, labelled: algorithm and setting) and round, `metric` against `x`: columns
-    label, seed, x, metric (the input of tracking.plots.comparison_figure). Empty when no run logged it."""
+    """Per run (frame's rows, labelled: algorithm, its own hyperparameters, setting) and round, `metric`
+    against `x`: columns label, seed, x, metric (the input of tracking.plots.comparison_figure). Empty when no run logged it."""
     import pandas as pd
 
     from fedbench.tracking.store import resolve_tracking_uri, store_client
@@ -76,7 +76,7 @@ def metric_curves(frame: pd.DataFrame, uri: str | None, metric: str, x: str = "r
             continue
         xs = ({m.step: m.value for m in client.get_metric_history(run["run_id"], x)} if x != "round"
               else {r: float(r) for r in values})
-        label = " ".join(p for p in (run["algorithm"], run["setting"]) if p)
+        label = " ".join(p for p in (run["algorithm"], run.get("hyperparameters"), run["setting"]) if p)
         rows += [{"label": label, "seed": run.get("param:seed"), x: xs[r], metric: v} for r, v in values.items() if r in xs]
     return pd.DataFrame(rows, columns=["label", "seed", x, metric])
 
@@ -89,10 +89,14 @@ def logged_metrics(frame: pd.DataFrame, uri: str | None) -> list[str]:
 
 
 def shared_heading(frame: pd.DataFrame) -> str:
-    """What every run of the frame shares (data set, split, model, clients): a figure's default title."""
-    keys = ("dataset.name", "partition.name", "partition.alpha", "model.name", "num_clients", "clients_per_round")
-    return ", ".join(f"{k}={frame[f'param:{k}'].iloc[0]}" for k in keys
-                     if f"param:{k}" in frame and frame[f"param:{k}"].nunique(dropna=False) == 1)
+    """What every run of the frame shares (data set, split, model, clients) as a figure's caption, e.g.
+    `FMNIST, Dirichlet(0.3), MCLR, 10 of 20 clients` (tracking.plots.caption): a figure's default title."""
+    from fedbench.tracking.plots import SKEW_KEYS, caption
+
+    keys = ("dataset.name", "partition.name", *(f"partition.{k}" for k in SKEW_KEYS), "model.name", "num_clients",
+            "clients_per_round")
+    return caption({k: frame[f"param:{k}"].iloc[0] for k in keys
+                    if f"param:{k}" in frame and frame[f"param:{k}"].nunique(dropna=False) == 1})
 
 
 def one_run_per_config(frame: pd.DataFrame) -> pd.DataFrame:
@@ -159,6 +163,27 @@ def method_labels(frame: pd.DataFrame, tuned: bool = False, settings: list[str] 
                 lambda row: ", ".join(f"{c.removeprefix('param:algorithm.')}={_shown(v)}" for c, v in row.items()),
                 axis=1) + ")"
     return labels
+
+
+def own_hyperparameters(frame: pd.DataFrame, settings: list[str] = ()) -> pd.Series:
+    """Per run, the algorithm's own hyperparameters (algorithm.*: FedProx's mu, SCAFFOLD's option) that
+    take one value among that method's runs, e.g. `mu=0.01 hetero_epochs=False`: what a reader of the
+    table needs to know each method ran with. Those that vary are in the method's label (method_labels)
+    or, with --best-by, its best config; a key unset (None) is left out."""
+    import pandas as pd
+
+    if not len(frame):
+        return pd.Series([], dtype=str)
+    base = frame.apply(method_label, axis=1)
+    own = [c for c in frame if c.startswith("param:algorithm.") and c not in METHOD_PARAMS and c[6:] not in settings]
+    shown = pd.Series("", index=frame.index)
+    for index in base.groupby(base).groups.values():
+        runs = frame.loc[index]
+        fixed = [c for c in own if runs[c].notna().any() and not varies(runs[c])]
+        shown[index] = runs[fixed].apply(
+            lambda row: " ".join(f"{c.removeprefix('param:algorithm.')}={v}" for c, v in row.items()
+                                 if pd.notna(v) and v != "None"), axis=1) if fixed else ""
+    return shown
 
 
 def differing_settings(frame: pd.DataFrame, exclude_tuned: bool) -> list[str]:
@@ -231,13 +256,15 @@ def best_configs(frame: pd.DataFrame, keys: list[str], settings: list[str], metr
 
 
 def labelled(frame: pd.DataFrame, settings: list[str] | None, best_by: str | None) -> tuple[pd.DataFrame, list[str]]:
-    """The runs with their `algorithm` (method_labels) and `setting` columns, and the setting keys used."""
+    """The runs with their `algorithm` (method_labels), `hyperparameters` (own_hyperparameters) and
+    `setting` columns, and the setting keys used."""
     frame = frame.copy()
     if settings is None:
         settings = differing_settings(frame, exclude_tuned=best_by is not None)
     else:
         check_settings(frame, settings)
     frame["algorithm"] = method_labels(frame, tuned=best_by is not None, settings=settings)
+    frame["hyperparameters"] = own_hyperparameters(frame, settings)
     frame["setting"] = ""
     if settings:
         frame["setting"] = frame[[f"param:{s}" for s in settings]].apply(
@@ -261,50 +288,70 @@ def check_not_pooled(frame: pd.DataFrame, settings: list[str]) -> None:
                           "(or leave --setting out: every key that varies)")
 
 
-def check_request(frame: pd.DataFrame, settings: list[str] | None, target: float | None, baseline: str | None,
-                  best_by: str | None, last: int = 0) -> float | None:
+def as_targets(target) -> list[float]:
+    """--target as a list: None -> [], one value -> [it], several (repeated --target) -> each once, in order."""
+    if target is None:
+        return []
+    values = [target] if isinstance(target, (int, float)) else list(target)
+    return list(dict.fromkeys(float(t) for t in values))
+
+
+def check_request(frame: pd.DataFrame, settings: list[str] | None, target, baseline: str | None,
+                  best_by: str | None, last: int = 0) -> list[float]:
     """Every option of a table or figure checked against the runs, before any work: one line naming the
-    bad value and the valid choices. Returns the target (--best-by rounds_to_<t> implies one)."""
+    bad value and the valid choices. `target`: None, one accuracy or several (a column each). Returns the
+    targets (--best-by rounds_to_<t> implies one)."""
     from fedbench.core.errors import ConfigError, unknown_choice
 
-    if best_by and best_by.startswith("rounds_to_") and target is None:
+    targets = as_targets(target)
+    if best_by and best_by.startswith("rounds_to_") and not targets:
         try:
-            target = float(best_by.removeprefix("rounds_to_"))
+            targets = [float(best_by.removeprefix("rounds_to_"))]
         except ValueError:
             raise ConfigError(f"--best-by {best_by!r}: rounds_to_<t> needs a target accuracy t, e.g. rounds_to_0.8") from None
-    if best_by and best_by not in BEST_BY and (target is None or best_by != f"rounds_to_{target:g}"):
-        raise unknown_choice("--best-by", best_by, (*BEST_BY, "rounds_to_<t>"))
+    if best_by and best_by not in BEST_BY and best_by not in [f"rounds_to_{t:g}" for t in targets]:
+        raise unknown_choice("--best-by", best_by, (*BEST_BY, *(f"rounds_to_{t:g}" for t in targets or ["<t>"])))
     if last < 0:
         raise ConfigError(f"--last must be >= 0 (0 = no such column), got {last}")
-    if target is not None and not 0 < target <= 1:
-        raise ConfigError(f"--target must lie in (0, 1], got {target}")
-    if baseline is not None and target is None:
+    for t in targets:
+        if not 0 < t <= 1:
+            raise ConfigError(f"--target must lie in (0, 1], got {t:g}")
+    if baseline is not None and not targets:
         raise ConfigError(f"--baseline {baseline} is the speed-up in rounds to a target: give --target too, "
                           f"e.g. --target 0.8 --baseline {baseline}")
     if frame is None:
-        return target
+        return targets
     if settings:
         check_settings(frame, settings)
     if baseline is not None:
         choices = sorted(set(method_labels(frame, tuned=best_by is not None, settings=settings or ())))
         if baseline not in choices:
             raise unknown_choice("--baseline (a method of these runs)", baseline, choices)
-    return target
+    return targets
 
 
-def summarize(frame: pd.DataFrame, settings: list[str] | None, target: float | None, baseline: str | None,
+def speedup_column(baseline: str, target: float, targets: list[float], numeric: bool) -> str:
+    """The speed-up column's name: `speed-up vs fedavg` (csv: speedup_vs_fedavg) for one target, the
+    target added when there are several (`speed-up vs fedavg to 0.8`, speedup_vs_fedavg_to_0.8)."""
+    name = f"speedup_vs_{baseline}" if numeric else f"speed-up vs {baseline}"
+    if len(targets) > 1:
+        name += f"_to_{target:g}" if numeric else f" to {target:g}"
+    return name
+
+
+def summarize(frame: pd.DataFrame, settings: list[str] | None, target, baseline: str | None,
               best_by: str | None, last: int = 0) -> pd.DataFrame:
-    """The table in numbers, one row per method x setting: n runs (seeds), per metric its mean and sample
-    std over seeds; with a target, the rounds to it (mean and std over the runs that reached it, how many
+    """The table in numbers, one row per method x setting: n runs (seeds), the method's own hyperparameters,
+    per metric its mean and sample std over seeds; per target (`target`: None, one or several), the rounds to it (mean and std over the runs that reached it, how many
     reached it, and R, the rounds those runs had) and the speed-up in rounds over `baseline` (the ratio of
     the mean rounds, where every seed of both reached the target). `settings` None: differing_settings."""
     import pandas as pd
 
+    targets = as_targets(target)
     frame, settings = labelled(frame, settings, best_by)
-    col = None
-    if target is not None:
-        col = f"rounds_to_{target:g}"
-        frame[col] = rounds_to(frame, target)
+    for t in targets:
+        frame[f"rounds_to_{t:g}"] = rounds_to(frame, t)
+    if targets:
         frame["_rounds"] = pd.to_numeric(frame["param:rounds"], errors="coerce")
     if last:
         frame[f"last_{last}_accuracy"] = mean_last(frame, last)
@@ -316,25 +363,30 @@ def summarize(frame: pd.DataFrame, settings: list[str] | None, target: float | N
     for metric in ["final_accuracy", "best_accuracy", *([f"last_{last}_accuracy"] if last else [])]:
         table[f"{metric}_mean"] = groups[metric].mean()
         table[f"{metric}_std"] = groups[metric].std(ddof=1)
-    if col is not None:
+    for t in targets:
+        col = f"rounds_to_{t:g}"
         table[f"{col}_mean"] = groups[col].mean()
         table[f"{col}_std"] = groups[col].std(ddof=1)
         table[f"{col}_reached"] = groups[col].count()
-        table["rounds"] = groups["_rounds"].max()  # each run's own budget (runs of one row share it)
         if baseline is not None:
             every = groups[col].agg(lambda v: v.mean() if v.notna().all() else float("nan"))
             base = every.xs(baseline, level="algorithm") if baseline in every.index.get_level_values(0) else None
-            table[f"speedup_vs_{baseline}"] = [
+            table[speedup_column(baseline, t, targets, numeric=True)] = [
                 float("nan") if base is None or setting not in base.index else base[setting] / m
                 for (_, setting), m in every.items()]
+    if targets:
+        table["rounds"] = groups["_rounds"].max()  # each run's own budget (runs of one row share it)
+    table["hyperparameters"] = groups["hyperparameters"].first()  # after the numbers: csv's columns stay put
     if best_by:
         table["best config"] = groups["best config"].first()
     return table.reset_index()
 
 
-def format_table(stats: pd.DataFrame, target: float | None, baseline: str | None) -> pd.DataFrame:
+def format_table(stats: pd.DataFrame, target, baseline: str | None) -> pd.DataFrame:
     """summarize's numbers as the papers print them: `mean ± std` (the mean alone for one seed), rounds
-    to target with how many seeds reached it (`7.0 (1/2 reached)`, `>30 (0/3)`), speed-up `1.25x`."""
+    to each target with how many seeds reached it (`7.0 (1/2 reached)`, `>30 (0/3)`), speed-up `1.25x`.
+    The methods' own hyperparameters in a column (where any method has some); the setting column only
+    where runs differ in one."""
     import pandas as pd
 
     def cell(mean, std, digits: int) -> str:  # std is NaN for one value
@@ -342,14 +394,20 @@ def format_table(stats: pd.DataFrame, target: float | None, baseline: str | None
             return "-"
         return f"{mean:.{digits}f}" if pd.isna(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
-    out = stats[["algorithm", "setting"]].copy()
+    targets = as_targets(target)
+    shown = ["algorithm"]
+    if "hyperparameters" in stats and (stats["hyperparameters"].fillna("") != "").any():
+        shown.append("hyperparameters")
+    if (stats["setting"].fillna("") != "").any():
+        shown.append("setting")
+    out = stats[shown].copy()
     out["seeds"] = stats["n"]
     for metric in [c.removesuffix("_mean") for c in stats if c.endswith("_accuracy_mean")]:
         out[metric] = [cell(m, s, 4) for m, s in zip(stats[f"{metric}_mean"], stats[f"{metric}_std"])]
-    if target is not None:
-        col = f"rounds_to_{target:g}"
+    for t in targets:
+        col = f"rounds_to_{t:g}"
 
-        def rounds_cell(r) -> str:
+        def rounds_cell(r, col: str = col) -> str:
             k, n = int(r[f"{col}_reached"]), int(r["n"])
             if k == 0:
                 return f">{int(r['rounds'])} (0/{n})" if pd.notna(r["rounds"]) else f"- (0/{n})"
@@ -358,14 +416,14 @@ def format_table(stats: pd.DataFrame, target: float | None, baseline: str | None
 
         out[col] = stats.apply(rounds_cell, axis=1)
         if baseline is not None:
-            out[f"speed-up vs {baseline}"] = stats[f"speedup_vs_{baseline}"].map(
-                lambda v: "" if pd.isna(v) else f"{v:.2f}x")
+            out[speedup_column(baseline, t, targets, numeric=False)] = stats[
+                speedup_column(baseline, t, targets, numeric=True)].map(lambda v: "" if pd.isna(v) else f"{v:.2f}x")
     if "best config" in stats:
         out["best config"] = stats["best config"]
     return out
 
 
-def build_table(frame: pd.DataFrame, settings: list[str] | None, target: float | None, baseline: str | None,
+def build_table(frame: pd.DataFrame, settings: list[str] | None, target, baseline: str | None,
                 best_by: str | None, last: int = 0) -> pd.DataFrame:
     """The formatted table (format_table of summarize)."""
     return format_table(summarize(frame, settings, target, baseline, best_by, last), target, baseline)
@@ -394,15 +452,15 @@ def finished_runs(uri: str | None, experiment: str, filter_string: str = "") -> 
     return frame
 
 
-def report_table(experiment: str = "fedbench", target: float | None = None, baseline: str | None = None,
+def report_table(experiment: str = "fedbench", target: float | list[float] | None = None, baseline: str | None = None,
                  settings: list[str] | None = None, best_by: str | None = None, last: int = 0, filter_string: str = "",
                  uri: str | None = None, numeric: bool = False) -> pd.DataFrame:
     """`fedbench report` as a DataFrame: formatted cells (mean ± std) or, `numeric`, summarize's numbers."""
-    target = check_request(None, settings, target, baseline, best_by, last)
+    targets = check_request(None, settings, target, baseline, best_by, last)
     frame = finished_runs(uri, experiment, filter_string)
-    check_request(frame, settings, target, baseline, best_by, last)
-    stats = summarize(frame, settings or None, target, baseline, best_by, last)
-    return stats if numeric else format_table(stats, target, baseline)
+    check_request(frame, settings, targets, baseline, best_by, last)
+    stats = summarize(frame, settings or None, targets, baseline, best_by, last)
+    return stats if numeric else format_table(stats, targets, baseline)
 
 
 def comparison_plot(experiment: str = "fedbench", metric: str = "test_accuracy", x: str = "round",

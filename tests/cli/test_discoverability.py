@@ -120,14 +120,19 @@ def test_mlflow_runs_have_readable_names_a_source_and_open_on_the_runs_table(tmp
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     found = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
     assert set(found) == {"fedavg-digits-dir0.1-s3", "mine"}
-    from fedbench.tracking.recorder import readable_run_name
+    from fedbench.tracking.recorder import git_commit, readable_run_name
 
     cfg = make_cfg("partition.alpha=0.5")  # a grid's jobs are told apart by their other overrides (issue 33)
     names = {readable_run_name(cfg, f"algorithm=fedavg eta_l={lr} seed=0 tracking.uri=x") for lr in (0.03, 0.1, 0.3)}
     assert names == {f"fedavg-digits-dir0.5-s0 eta_l={lr}" for lr in (0.03, 0.1, 0.3)}
     tags = found["mine"].data.tags
     assert tags["mlflow.source.name"] == "fedbench run" and tags["mlflow.source.type"] == "LOCAL"
-    assert tags["mlflow.user"] and tags["mlflow.source.git.commit"] == tags["git_commit"]
+    assert tags["mlflow.user"] and tags["fedbench_version"]
+    commit = git_commit()  # from a copy without .git (git archive, a release), there is none to record (issue 41)
+    if commit == "unknown":
+        assert "mlflow.source.git.commit" not in tags and "git_commit" not in tags
+    else:
+        assert tags["mlflow.source.git.commit"] == tags["git_commit"] == commit
 
 
 def test_sweep_output_names_each_job_logs_plain_lines_and_fills_the_job_log(tmp_path):
@@ -151,5 +156,40 @@ def test_sweep_output_names_each_job_logs_plain_lines_and_fills_the_job_log(tmp_
     # one format for every line of a sweep, Hydra's own included, and the sweep's table ready to paste (issue 33)
     lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
     assert lines and all(line.startswith("fedbench: ") for line in lines), [x for x in lines if not x.startswith("fedbench: ")]
-    assert (f"fedbench: its table: fedbench report --experiment fedbench --filter \"tags.sweep_dir = "
-            f"'{tmp_path}/sweep'\" --uri sqlite:///{tmp_path}/m.db --target 0.8") in out.stdout
+    assert (f"fedbench: its table: fedbench report --experiment fedbench --filter \"tags.sweep_dirs LIKE "
+            f"'%|{tmp_path}/sweep|%'\" --uri sqlite:///{tmp_path}/m.db --target 0.8") in out.stdout
+
+
+@pytest.mark.slow
+def test_a_relaunched_sweeps_table_covers_its_whole_grid_and_the_batched_launcher_speaks_in_one_format(tmp_path):
+    """Relaunched into a new folder with a larger grid, a sweep skips the jobs that FINISHED: its printed
+    `fedbench report` still covers every job of its grid (the skipped ones carried the first sweep's
+    folder), and the first sweep's command still covers its own. The batched launcher's lines are all
+    `fedbench: ...`, and a lane's time says it is its share of the lanes trained together, whose
+    wall-clock time follows (issue 41)."""
+    import re
+    import shlex
+
+    from tests.faultkit import SMALL
+
+    common = ["rounds=2", *SMALL, f"tracking.uri=sqlite:///{tmp_path}/m.db"]
+    first = fedbench("run", "-m", "seed=0,1", *common, f"hydra.sweep.dir={tmp_path}/a", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = fedbench("run", "-m", "hydra/launcher=batched", "seed=0,1,2,3", *common, f"hydra.sweep.dir={tmp_path}/b",
+                     cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stderr.count("skipped, this configuration FINISHED") == 2
+    lines = [line for line in (again.stdout + again.stderr).splitlines() if line.strip()]
+    assert all(line.startswith("fedbench: ") for line in lines), [x for x in lines if not x.startswith("fedbench: ")]
+    shares = [line for line in lines if "] training time" in line]
+    assert len(shares) == 2 and all("its share as 1 of 2 lanes trained together" in line for line in shares), shares
+    assert re.search(r"fedbench: group of job\(s\) 0, 1, 2, 3: \d+\.\d s of wall-clock time", again.stdout)
+
+    def covered(out) -> list[str]:
+        [command] = [line.removeprefix("fedbench: its table: ") for line in out.stdout.splitlines() if "its table:" in line]
+        table = fedbench(*shlex.split(command)[1:], "--setting", "seed", cwd=tmp_path)
+        assert table.returncode == 0, table.stderr
+        return sorted(re.findall(r"seed=(\d)", table.stdout))
+
+    assert covered(again) == ["0", "1", "2", "3"]
+    assert covered(first) == ["0", "1"]

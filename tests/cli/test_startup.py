@@ -81,3 +81,60 @@ def test_the_command_exits_with_its_code_after_the_atexit_handlers_and_flushed_s
     for given, status, stderr in ((None, 0, "err"), (3, 3, "err"), ("a message", 1, "erra message\n")):
         proc = subprocess.run([sys.executable, "-c", code.format(code=given)], capture_output=True, text=True, timeout=60)
         assert (proc.returncode, proc.stdout, proc.stderr) == (status, "outatexit ran\n", stderr)
+
+
+INTERRUPTED_SUITE = '''
+import subprocess, sys, time
+import pytest
+import fedbench.cli.app  # what every CLI test imports
+
+@pytest.fixture(scope="session")
+def worker():  # as tests/conftest.py's local_cluster: processes the session's end stops
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    with open("worker.pid", "w") as f:
+        f.write(str(proc.pid))
+    yield proc
+    proc.terminate()
+    proc.wait()
+
+def test_waits(worker):
+    print("READY", flush=True)
+    time.sleep(600)
+'''
+
+
+def test_ctrl_c_during_the_tests_prints_the_summary_and_stops_the_sessions_processes(tmp_path):
+    """Importing the CLI made Ctrl-C end any process at once (os._exit, meant for `fedbench` starting
+    up): pytest printed no summary and its session fixtures' processes kept running (issue 41). Only the
+    `fedbench` program itself takes over the signal while it starts."""
+    import os
+    import signal
+    from pathlib import Path
+
+    from tests.faultkit import env
+
+    (tmp_path / "test_interrupted.py").write_text(INTERRUPTED_SUITE)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "test_interrupted.py"],
+                            cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in proc.stdout:
+            if "READY" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        rest = proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED and "KeyboardInterrupt" in rest, rest[-2000:]
+    assert "error: interrupted" not in rest
+    pid = int((tmp_path / "worker.pid").read_text())
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        os.kill(pid, 0)
+        alive = stat.read_text().split()[2] != "Z" if stat.exists() else True  # a zombie has ended
+    except (ProcessLookupError, FileNotFoundError):
+        alive = False
+    if alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, "the session fixture's process was left running"

@@ -45,7 +45,7 @@ def test_figures_of_one_run_and_of_a_split_name_their_setting(tmp_path):
     from fedbench.tracking.plots import setting_title
 
     title = setting_title(make_cfg("partition.alpha=0.1", "seed=3"))
-    assert title == "fedavg on digits, dirichlet (alpha=0.1), 10/20 clients per round, seed 3"
+    assert title == "fedavg: Digits, Dirichlet(0.1), MCLR, 10 of 20 clients, seed 3"  # a caption (issue 41)
     for style in ("heatmap", "bars"):
         out = fedbench("data", "show", "--style", style, "--out", str(tmp_path / f"{style}.png"), "partition.alpha=0.2",
                        cwd=tmp_path)
@@ -57,3 +57,15 @@ def test_class_names_label_the_partition_figures_of_named_data_sets():
     from fedbench.cli.data import CLASS_NAMES
 
     assert len(CLASS_NAMES["fmnist"]) == len(CLASS_NAMES["cifar10"]) == 10 and len(CLASS_NAMES["har"]) == 6
+
+
+def test_metrics_csv_has_the_round_first(tmp_path):
+    """A run's metrics.csv opens with its key, `round` (issue 41): the engine adds it to a round's metrics last."""
+    from fedbench.tracking.recorder import Drawing
+
+    rows = [{"floats_down": 10.0 * r, "floats_up": 10.0 * r, "wall_time": 0.1 * r, "test_accuracy": 0.1 * r,
+             "eval_time": 0.01 * r, "round": r} for r in (1, 2)]  # as engine.loop._round_metrics orders them
+    Drawing(rows, tmp_path, "t").result()
+    header, first, _ = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert header.split(",") == ["round", "floats_down", "floats_up", "wall_time", "test_accuracy", "eval_time"]
+    assert first.split(",")[0] == "1"

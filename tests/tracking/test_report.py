@@ -72,7 +72,8 @@ def test_the_grid_over_algorithms_fills_the_speed_up_column():
     from fedbench.tracking.report import build_table
 
     table = build_table(as_frame(grid_rows()), None, 0.8, "fedavg", None).set_index("algorithm")
-    assert list(table["setting"]) == ["", ""]  # algorithm.option and dataset.mean are not settings
+    assert "setting" not in table  # algorithm.option and dataset.mean are not settings: no empty column (issue 41)
+    assert list(table["hyperparameters"]) == ["", "option=II"]  # what each method ran with (issue 41)
     rounds = {alg: [next(r for r, a in history(speed, s) if a >= 0.8) for s in range(3)]
               for alg, speed in (("fedavg", 0.15), ("scaffold", 0.2))}
     mean = {alg: sum(v) / 3 for alg, v in rounds.items()}
@@ -207,3 +208,58 @@ def test_a_pipe_or_line_break_in_a_setting_stays_in_its_cell():
     assert len(lines) == 2 + 4 and {len(c) for c in cells} == {len(cells[0])}
     settings = {c[cells[0].index(" setting ")].strip() for c in cells[2:]}
     assert settings == {"partition.alpha=0.1\\|x", "partition.alpha=a\\\\\\|b c"}
+
+
+def test_several_targets_give_a_column_each_with_its_speed_up(store):
+    """--target 0.75 --target 0.8 used to keep 0.8 alone (issue 41): a rounds-to-target and a speed-up column
+    per target, in the table and in the CSV's numbers."""
+    uri, _ = store
+    out = cli("report", "--uri", uri, "--target", "0.75", "--target", "0.8", "--baseline", "fedavg", "--format", "csv")
+    assert out.exit_code == 0, out.output
+    import io
+
+    table = pd.read_csv(io.StringIO(out.stdout)).set_index("algorithm")
+    for t in (0.75, 0.8):
+        rounds = {alg: [next(r for r, a in history(speed, s) if a >= t) for s in range(3)]
+                  for alg, speed in (("fedavg", 0.15), ("scaffold", 0.2))}
+        assert table.loc["scaffold", f"rounds_to_{t:g}_mean"] == pytest.approx(sum(rounds["scaffold"]) / 3)
+        assert table.loc["scaffold", f"speedup_vs_fedavg_to_{t:g}"] == pytest.approx(
+            sum(rounds["fedavg"]) / sum(rounds["scaffold"]))
+    text = cli("report", "--uri", uri, "--target", "0.75", "--target", "0.8", "--baseline", "fedavg")
+    header = text.stdout.splitlines()[0]
+    assert [c.strip() for c in header.strip("|").split("|")][-4:] == [
+        "rounds_to_0.75", "speed-up vs fedavg to 0.75", "rounds_to_0.8", "speed-up vs fedavg to 0.8"]
+    bad = cli("report", "--uri", uri, "--target", "0.75", "--target", "0.8", "--best-by", "rounds_to_0.9")
+    assert isinstance(bad.exception, ConfigError) and "rounds_to_0.75, rounds_to_0.8" in str(bad.exception)
+
+
+def test_the_methods_own_hyperparameters_are_in_the_table_the_page_and_the_plot(store, tmp_path):
+    """What each method ran with (SCAFFOLD's option) is printed even where it does not vary, and a setting
+    column with nothing in it is not printed (issue 41); the figure's title reads like a caption."""
+    from fedbench.tracking.report import comparison_plot
+
+    uri, _ = store
+    out = cli("report", "--uri", uri)
+    header, _, *rows = out.stdout.splitlines()
+    assert "setting" not in header and "hyperparameters" in header
+    assert any(row.startswith("| scaffold | option=II |") for row in rows), rows
+    page = tmp_path / "page.html"
+    assert cli("report", "--uri", uri, "--format", "html", "--output", str(page)).exit_code == 0
+    html = page.read_text()
+    assert "option=II" in html and ">setting<" not in html and ">hyperparameters<" in html
+    fig, _ = comparison_plot(uri=uri)
+    [legend] = fig.legends
+    assert sorted(t.get_text() for t in legend.get_texts()) == ["fedavg (n=3)", "scaffold option=II (n=3)"]
+    assert fig.axes[0].get_title() == "Digits"
+
+
+def test_a_figures_title_reads_like_a_caption():
+    from fedbench.tracking.report import shared_heading
+
+    frame = as_frame(grid_rows())
+    for key, value in (("dataset.name", "fmnist"), ("partition.name", "dirichlet"), ("partition.alpha", "0.3"),
+                       ("model.name", "mclr"), ("num_clients", "20"), ("clients_per_round", "10")):
+        frame[f"param:{key}"] = value
+    assert shared_heading(frame) == "FMNIST, Dirichlet(0.3), MCLR, 10 of 20 clients"
+    frame.loc[0, "param:partition.alpha"] = "0.1"  # what differs is not in the title
+    assert shared_heading(frame) == "FMNIST, Dirichlet, MCLR, 10 of 20 clients"
