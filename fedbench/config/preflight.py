@@ -51,6 +51,16 @@ def expand_jobs(overrides: list[str]) -> list[list[str]]:
     return [list(job) for job in itertools.product(*axes)]
 
 
+def checked_compose(overrides: list[str] | tuple[str, ...] = (), directory: Path | None = None):
+    """The config `fedbench run OVERRIDES` would run, the command line first checked as `fedbench run`
+    checks it (preflight: one ConfigError before any work)."""
+    from fedbench.config.compose import compose, conf_dir
+
+    directory = directory or conf_dir()
+    preflight(directory, list(overrides))
+    return compose(overrides, directory=directory)
+
+
 def preflight(conf_dir: Path, argv: list[str]) -> None:
     """Raise ConfigError for the first bad value of any job; returns quietly otherwise. Each job is
     composed once (the first with Hydra's settings, for the output folder) and validated once."""
