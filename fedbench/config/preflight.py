@@ -36,6 +36,14 @@ def extra_config_dirs(argv: list[str]) -> tuple[Path, ...]:
     return tuple(Path(v).absolute() for f, v in zip(argv, argv[1:]) if f in ("--config-dir", "-cd"))
 
 
+def searchpath(extra: tuple[Path, ...]) -> list[str]:
+    """The override that adds --config-dir folders to Hydra's search path (none without them)."""
+    from fedbench.config.compose import quoted_value
+
+    # file://<path> quoted (not as_uri: Hydra does not decode its %-escapes): a folder with `,` or spaces
+    return [f"hydra.searchpath=[{','.join(quoted_value(f'file://{d}') for d in extra)}]"] if extra else []
+
+
 def expand_jobs(overrides: list[str]) -> list[list[str]]:
     """The override lists of every job of a basic-sweeper grid (one job without sweeps)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -66,14 +74,13 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
     composed once (the first with Hydra's settings, for the output folder) and validated once."""
     from hydra.errors import OverrideParseException
 
-    from fedbench.config.compose import compose, quoted_value
+    from fedbench.config.compose import compose
     from fedbench.config.validate import validate
 
     overrides = hydra_overrides(argv)
     check_plugins(overrides)
     extra = extra_config_dirs(argv)
-    # file://<path> quoted (not as_uri: Hydra does not decode its %-escapes): a folder with `,` or spaces
-    search = [f"hydra.searchpath=[{','.join(quoted_value(f'file://{d}') for d in extra)}]"] if extra else []
+    search = searchpath(extra)
     multirun = "--multirun" in argv or "-m" in argv
     check_output_value([o for o in overrides if o.startswith(("hydra.run.", "hydra.sweep."))])
     if not multirun:
