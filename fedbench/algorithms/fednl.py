@@ -48,6 +48,10 @@ def project(H: Tensor, mu: float) -> Tensor:
 @register("fednl", "FedNL: Newton steps with learned client Hessians (Option 1, no compression)")
 @dataclass
 class FedNL(Algorithm):
+    @classmethod
+    def floats_per_client(cls, dim: int) -> tuple[int, int]:
+        return dim, dim + dim * dim  # x down; grad f_i(x) and the d x d Hessian difference S_i up (fedsso.md §3.5)
+
     hessian_lr: float = 1.0
     mu_p: float = 1e-3
 

@@ -17,6 +17,7 @@ LAYERS = (
     {"engine"},
     {"config", "tracking"},
     {"runs"},
+    {"testing"},  # the public contract kit (fedbench.testing): builds and runs federations
     {"attacks"},
     {"reproduce"},
     {"cli"},
