@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from fedbench.core.errors import ConfigError
@@ -34,6 +35,42 @@ KINDS = {
     "partition": "a callable (labels, num_clients, rng, **parameters) -> per-client index lists",
     "model": "a callable (input_shape, num_classes, **parameters) -> a torch.nn.Module",
 }
+
+
+ENTRY_POINTS = "fedbench.plugins"
+
+
+def installed_config_dirs() -> tuple[Path, ...]:
+    """The config folders installed packages declare in the entry-point group `fedbench.plugins`, each entry
+    naming a package folder of config groups (`fednova = "fednova_plugin.conf"`: fednova_plugin/conf/algorithm/
+    fednova.yaml, whose `_target_` names the class). Found without importing the packages (`fedbench list`
+    stays light); searched after the packaged configs and --config-dir (hydra_plugins/fedbench_plugins)."""
+    from importlib.metadata import entry_points
+
+    dirs = []
+    for entry in sorted(entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
+        folder = package_folder(entry.value)
+        if folder is None or not folder.is_dir():
+            owner = getattr(entry.dist, "name", "an installed package")
+            raise ConfigError(f"the {ENTRY_POINTS} entry point {entry.name} = {entry.value!r} of {owner} is not a "
+                              "package folder of config groups (a dotted package path, e.g. mypackage.conf); "
+                              f"reinstall or uninstall {owner}")
+        dirs.append(folder)
+    return tuple(dirs)
+
+
+def package_folder(dotted: str) -> Path | None:
+    """The folder of a package path (`a.b.c` -> <a's folder>/b/c), located without importing it."""
+    import importlib.util
+
+    top, *rest = dotted.split(":")[0].strip().split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]).joinpath(*rest)
 
 
 def registry_of(group: str):

@@ -7,6 +7,7 @@ import functools
 import itertools
 from pathlib import Path
 
+from fedbench.config.plugins import installed_config_dirs
 from fedbench.config.renames import renamed_message
 from fedbench.core.errors import ConfigError, unknown_choice
 
@@ -103,7 +104,8 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
         raise ConfigError(f"a grid of {len(jobs):,} jobs; at most {MAX_GRID_JOBS:,} are run from one command line "
                           "(each is checked before the first starts): split it, e.g. by seed or algorithm")
     keys = top_level_keys()
-    choices = functools.cache(lambda group: group_choices(conf_dir, group, extra))
+    installed = installed_config_dirs()  # the installed packages' plugins (hydra_plugins/fedbench_plugins)
+    choices = functools.cache(lambda group: group_choices(conf_dir, group, (*extra, *installed)))
     composer = JobComposer(conf_dir, search)
     for number, job in enumerate(jobs):
         for item in job:

@@ -122,6 +122,7 @@ def test_a_broken_plugin_exits_2_with_one_line(folder):
     assert "Traceback" not in done.stderr and not (folder / "outputs").exists()
 
 
+@pytest.mark.slow  # a fresh process that runs three jobs
 def test_own_algorithm_model_data_set_and_partition_run_from_python(folder):
     """fedbench.run/sweep with config_dir: the user's code in every group, the built-in beside it, and the
     own algorithm's numbers follow its own server step (shrink 1 is FedAvg: equal results)."""
@@ -160,3 +161,46 @@ def test_own_algorithm_runs_in_a_grid_beside_a_built_in_and_in_the_report(tmp_pa
     table = fedbench("report", "--experiment", "fedbench", "--target", "0.1", "--baseline", "fedavg", cwd=folder)
     assert table.returncode == 0, table.stderr
     assert any(line.startswith("| halfavg ") for line in table.stdout.splitlines()), table.stdout
+
+
+def installed_plugin(site: Path) -> None:
+    """A package as pip installs it (its files and a dist-info with an entry point of the group fedbench.plugins):
+    the algorithm HalfAvg and its yaml, in the package's folder conf/."""
+    package = site / "halfavg_plugin"
+    (package / "conf" / "algorithm").mkdir(parents=True)
+    (package / "__init__.py").write_text(MODULE)
+    (package / "conf" / "algorithm" / "halfavg_pkg.yaml").write_text(
+        "# FedAvg half way, from an installed package\n_target_: halfavg_plugin.HalfAvg\nname: halfavg_pkg\nshrink: 0.5\n")
+    info = site / "halfavg_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: halfavg-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[fedbench.plugins]\nhalfavg = halfavg_plugin.conf\n")
+    (info / "RECORD").write_text("")
+
+
+@pytest.mark.slow  # three fresh processes
+def test_an_installed_package_declares_its_algorithm_by_entry_point(tmp_path):
+    """`fedbench list` shows it and `fedbench run algorithm=<its name>` runs it, with no --config-dir, from a
+    folder that holds none of its files."""
+    site, work = tmp_path / "site", tmp_path / "work"
+    site.mkdir()
+    work.mkdir()
+    installed_plugin(site)
+    environment = {**env(), "PYTHONPATH": f"{env()['PYTHONPATH']}:{site}"}
+
+    def fedbench_here(*args):
+        return subprocess.run([sys.executable, "-m", "fedbench.cli", *args], cwd=work, env=environment,
+                              capture_output=True, text=True, timeout=600)
+
+    listed = fedbench_here("list")
+    assert listed.returncode == 0, listed.stderr
+    row = next((line for line in listed.stdout.splitlines() if line.strip().startswith("halfavg_pkg ")), "")
+    assert "FedAvg half way, from an installed package [plugin: halfavg_plugin.HalfAvg]" in row, listed.stdout
+    done = fedbench_here("run", "algorithm=halfavg_pkg", "rounds=2", *SMALL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    client, recorded = runs(work / "outputs" / "mlflow.db")
+    assert [(r.data.params["algorithm.name"], r.info.status) for r in recorded] == [("halfavg_pkg", "FINISHED")]
+    bad = fedbench_here("run", "algorithm=halfavg_pkg", "algorithm.shrinkk=1", "rounds=2", *SMALL)
+    assert bad.returncode == 2 and error_lines(bad.stderr) == [
+        "error: Unknown parameter algorithm.shrinkk for algorithm 'halfavg_pkg'. Valid: server_opt, shrink. "
+        "Did you mean 'shrink'?"], bad.stderr
