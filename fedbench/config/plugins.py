@@ -13,8 +13,13 @@ then passed as the built-ins' are, not by hydra.utils.instantiate: the engine fi
 arguments (a model's input shape, a partition's labels), and the config's own checks name a bad key first.
 
 Where the module is found: as Hydra users expect of `python my_app.py`, the folder the command runs in
-comes first, then PYTHONPATH and the installed packages (the current folder is put on sys.path while a
-target is located: a console script such as `fedbench` does not have it there)."""
+is searched, with PYTHONPATH and the installed packages (a console script such as `fedbench` does not have
+the current folder on sys.path: it is appended there when a target is located, after the installed packages,
+so that a file of the folder never shadows one of them). `fedbench resume` finds the module the same way:
+resume from the same folder, or put the module's folder on PYTHONPATH.
+
+An installed package declares its config folder in the entry-point group `fedbench.plugins`
+(installed_config_dirs); hydra_plugins/fedbench_plugins puts it on Hydra's search path."""
 
 from __future__ import annotations
 
