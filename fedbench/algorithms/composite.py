@@ -213,12 +213,12 @@ class FedMid(CompositeAlgorithm):
 class FedDA(CompositeAlgorithm):
     """Federated dual averaging (composite.md §3.2): one global dual sequence z, read through a prox
     whose parameter a is the elapsed total step size; the model is w = P_{a g}(z)."""
+
+    metadata_keys = ("eta_tau",)
+
     @classmethod
     def floats_per_client(cls, dim: int) -> tuple[int, int]:
         return dim + 1, dim  # z and the scalar prox parameter a down (composite.md §7.1 item 7)
-
-
-    metadata_keys = ("eta_tau",)
 
     def init(self, x0: Tensor) -> State:
         return {"z": x0.clone(), "a": x0.new_zeros(()), "w": x0.clone(), **self.init_metrics(x0)}
