@@ -78,6 +78,12 @@ def package_folder(dotted: str) -> Path | None:
     return Path(list(spec.submodule_search_locations)[0]).joinpath(*rest)
 
 
+def forget_adopted() -> None:
+    """Every registry without its adopted plugins (test suites: tests/config/test_plugins.py)."""
+    for group in KINDS:
+        registry_of(group).forget_adopted()
+
+
 def registry_of(group: str):
     if group == "algorithm":
         from fedbench.algorithms import load_all

@@ -100,7 +100,7 @@ def check_extras(values: dict[str, Any], algorithm_class) -> None:
     name = values["algorithm"]["name"]
     for key in EXTRAS:
         if values[key] and key not in algorithm_class.local_extras:
-            takers = sorted(n for n in load_all().names() if key in load_all().get(n).local_extras)
+            takers = sorted(n for n in load_all().describe() if key in load_all().get(n).local_extras)  # built-ins
             raise ConfigError(f"{key}={values[key]}: algorithm {name} has no local SGD step that takes it; set "
                               f"{key}=0, or use an algorithm that does: {', '.join(takers)}")
 

@@ -63,6 +63,13 @@ class Registry(Generic[T]):
         doc = (getattr(obj, "__doc__", None) or "").strip().splitlines()
         self._descriptions[name] = doc[0] if doc else ""
 
+    def forget_adopted(self) -> None:
+        """Drop the adopted plugins, so that one test's plugins do not reach the next test's messages."""
+        for name in self._adopted:
+            self._entries.pop(name, None)
+            self._descriptions.pop(name, None)
+        self._adopted.clear()
+
     def get(self, name: str) -> T:
         self._fill()
         if name not in self._entries:

@@ -10,6 +10,15 @@ from fedbench.algorithms.common import weighted_mean
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.testing import Contract
 
+@pytest.fixture(autouse=True)
+def no_plugin_outlives_its_test():
+    """Plugins adopted in this process are forgotten after each test: names in later messages are the built-ins'."""
+    yield
+    from fedbench.config.plugins import forget_adopted
+
+    forget_adopted()
+
+
 
 @dataclass
 class Undeclared(FedAvg):

@@ -13,6 +13,15 @@ import pytest
 from tests.bad_inputs import diagnose_command
 from tests.faultkit import SMALL, env, error_lines, fedbench, runs
 
+@pytest.fixture(autouse=True)
+def no_plugin_outlives_its_test():
+    """Plugins adopted in this process are forgotten after each test: names in later messages are the built-ins'."""
+    yield
+    from fedbench.config.plugins import forget_adopted
+
+    forget_adopted()
+
+
 # the user's module: an algorithm (FedAvg with its own server step), a model, a data set and a partition
 MODULE = '''
 from dataclasses import dataclass
@@ -204,3 +213,15 @@ def test_an_installed_package_declares_its_algorithm_by_entry_point(tmp_path):
     assert bad.returncode == 2 and error_lines(bad.stderr) == [
         "error: Unknown parameter algorithm.shrinkk for algorithm 'halfavg_pkg'. Valid: server_opt, shrink. "
         "Did you mean 'shrink'?"], bad.stderr
+
+
+def test_a_plugin_adopted_in_one_test_is_gone_in_the_next(folder, monkeypatch):
+    from fedbench.algorithms import load_all
+    from fedbench.config.plugins import adopt, forget_adopted
+
+    monkeypatch.chdir(folder)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    adopt("algorithm", "halfavg_once", "myfl.HalfAvg")
+    assert "halfavg_once" in load_all() and "halfavg_once" not in load_all().describe()
+    forget_adopted()
+    assert "halfavg_once" not in load_all() and "fedavg" in load_all()
