@@ -56,7 +56,19 @@ class Algorithm:
     # the shared extras (top-level weight_decay, grad_clip, local_momentum; core.types.LocalExtras)
     # its local step takes; config validation refuses a non-zero one that is not listed
     local_extras: ClassVar[tuple[str, ...]] = ()
+    # floats each participating client receives and sends per round, (down, up), in model-sized vectors
+    # (d floats each), as its paper counts them; floats_per_client() where a count is not that (FedNL's
+    # d x d Hessian). Declared, not inferred: fedbench.testing checks the engine's count against it
+    sends: ClassVar[tuple[int, int] | None] = None
     setting: Setting = field(init=False, repr=False)
+
+    @classmethod
+    def floats_per_client(cls, dim: int) -> tuple[int, int]:
+        """(down, up) floats per participating client and round for a model of `dim` parameters."""
+        if cls.sends is None:
+            raise NotImplementedError(f"{cls.__name__} declares no communication count: set `sends = (down, up)` on "
+                                      "the class, in model-sized vectors per client and round, with its source")
+        return cls.sends[0] * dim, cls.sends[1] * dim
 
     def setup(self, setting: Setting) -> None:
         self.setting = setting

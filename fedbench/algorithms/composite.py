@@ -104,6 +104,7 @@ class FedComp(CompositeAlgorithm):
 
     local_prox_schedule: prox parameter at local step t+1: (t+1) eta (`linear`, the paper, L10),
     eta (`constant`) or eta_tilde = eta eta_g tau (`server`); the last two only for the ablation."""
+    sends = (1, 1)  # per client and round, in d-vectors: z^{r+1} down, z_i up (composite.md §2.5, §7.1 item 7)
     lr_rows = True
 
     local_prox_schedule: str = "linear"
@@ -182,6 +183,7 @@ class FedComp(CompositeAlgorithm):
 class FedMid(CompositeAlgorithm):
     """Federated mirror descent (composite.md §3.1): local steps w <- P_{eta_c g}(w - eta_c grad f_i(w));
     server w <- P_{eta_s eta_c tau g}(w + eta_s mean_i Delta_i) (server_prox), as in the FCO code."""
+    sends = (1, 1)  # per client and round, in d-vectors: composite.md §7.1 item 7
 
     server_prox: bool = True
 
@@ -213,6 +215,10 @@ class FedDA(CompositeAlgorithm):
     whose parameter a is the elapsed total step size; the model is w = P_{a g}(z)."""
 
     metadata_keys = ("eta_tau",)
+
+    @classmethod
+    def floats_per_client(cls, dim: int) -> tuple[int, int]:
+        return dim + 1, dim  # z and the scalar prox parameter a down (composite.md §7.1 item 7)
 
     def init(self, x0: Tensor) -> State:
         return {"z": x0.clone(), "a": x0.new_zeros(()), "w": x0.clone(), **self.init_metrics(x0)}
@@ -252,6 +258,7 @@ class FastFedDA(CompositeAlgorithm):
           = P_{g/beta}(-a/beta),
 
     an effective step 1/(mu t/2 + gamma) that decays with t. gamma: null = 1/eta_l (composite.md §4.1)."""
+    sends = (3, 2)  # per client and round, in d-vectors: G, S, w down, G_i, S_i up (composite.md §3.3)
 
     mu: float = 0.1
     gamma: float | None = None

@@ -19,6 +19,7 @@ from fedbench.algorithms.registry import register
 @register("dsgd", "DSGD: each client sends one minibatch gradient at x; one server SGD step per round")
 @dataclass
 class DSGD(Algorithm):
+    sends = (1, 1)  # per client and round, in d-vectors: x down, one gradient up (losac.md §3.5)
     metadata_keys = ("lr",)
 
     def client_update(self, down: State, client: State, work) -> tuple[State, State]:

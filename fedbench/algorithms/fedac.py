@@ -27,6 +27,7 @@ VARIANTS = ("I", "II")
 @register("fedac", "FedAc: accelerated local SGD with synchronised (w, w_ag) pairs (FedAc-I / FedAc-II)")
 @dataclass
 class FedAc(Algorithm):
+    sends = (2, 2)  # per client and round, in d-vectors: (x, x_ag) each way (fedsso.md §3.7: 2 n_c)
     mu: float = 1e-4
     variant: str = "I"
 

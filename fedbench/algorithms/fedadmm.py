@@ -55,6 +55,7 @@ def _scheduled(value: float, switch: tuple[int, float] | None, round_: int) -> f
 @register("fedadmm", "FedADMM (Gong et al. 2022): local SGD on the augmented Lagrangian, persistent duals")
 @dataclass
 class FedADMM(Algorithm):
+    sends = (1, 1)  # per client and round, in d-vectors: theta down, one message of d up (fedadmm.md §2, l. 78)
     lr_rows = True
     local_extras = EXTRAS  # local_momentum 0.5 is the official code's (conf/algorithm/fedadmm.yaml sets it)
     rho: float = 0.01  # augmented-Lagrangian coefficient
@@ -139,6 +140,7 @@ class FedADMM(Algorithm):
 @register("fedadmm_lowrank", "FedADMM for composite problems (LoSAC App. E, Alg. 3): server prox-gradient Z")
 @dataclass
 class FedADMMLowRank(Algorithm):
+    sends = (1, 1)  # per client and round, in d-vectors: Z down, W_i = pi_i + rho X_i up (losac.md §3.6)
     lr_rows = True
     rho: float = 5.0  # penalty of the augmented Lagrangian (76)
     blocks: int = 5  # M fixed local blocks, one per local step

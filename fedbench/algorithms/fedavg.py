@@ -25,6 +25,7 @@ from fedbench.algorithms.server_opt import ServerOptimizer
 @register("fedavg", "FedAvg: local SGD, server optimiser (server_opt: sgd|momentum|adagrad|adam|yogi) on the mean delta")
 @dataclass
 class FedAvg(Algorithm):
+    sends = (1, 1)  # per client and round, in d-vectors: x down, x_i - x up (McMahan et al.; fedsso.md Table 2: n_c); any server_opt
     lr_rows = True
     local_extras = EXTRAS
     server_opt: str | dict[str, Any] = field(default_factory=lambda: {"name": "sgd"})
@@ -49,6 +50,7 @@ class FedAvg(Algorithm):
 @register("fedsgd", "FedSGD: one full-batch gradient per client per round, server SGD step")
 @dataclass
 class FedSGD(Algorithm):
+    sends = (1, 1)  # per client and round, in d-vectors: x down, grad f_i(x) up (fedsso.md §3.2)
     lr_rows = True
     local_extras = EXTRAS  # one full-batch step: clip(g) + wd x; momentum's first step is a plain step
 

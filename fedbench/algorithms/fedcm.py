@@ -25,6 +25,7 @@ from fedbench.core.errors import check
 @register("fedcm", "FedCM: local steps along alpha*g + (1-alpha)*server momentum of pseudo-gradients")
 @dataclass
 class FedCM(Algorithm):
+    sends = (2, 1)  # per client and round, in d-vectors: (x, Delta) down, dx_i up (losac.md §3.2)
     lr_rows = True
     local_extras = EXTRAS
     metadata_keys = ("step_length",)

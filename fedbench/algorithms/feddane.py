@@ -25,6 +25,7 @@ from fedbench.core.errors import check
 @register("feddane", "FedDANE: gradient exchange, then local DANE subproblems (two-phase rounds)")
 @dataclass
 class FedDANE(Algorithm):
+    sends = (2, 2)  # per client and round, in d-vectors: (x, g_bar) down, (grad f_i(x), w_i) up (fedsso.md §3.4: 2 n_c)
     local_extras = EXTRAS
     mu: float = 0.001
 

@@ -25,6 +25,7 @@ from fedbench.core.errors import check
 @register("feddyn", "FedDyn: dynamic regulariser per client, server correction h over all clients")
 @dataclass
 class FedDyn(Algorithm):
+    sends = (1, 1)  # per client and round, in d-vectors: theta down, theta_i up (Acar et al. Alg. 1)
     lr_rows = True
     local_extras = EXTRAS
     alpha: float = 0.01

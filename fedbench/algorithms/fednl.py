@@ -51,6 +51,10 @@ class FedNL(Algorithm):
     hessian_lr: float = 1.0
     mu_p: float = 1e-3
 
+    @classmethod
+    def floats_per_client(cls, dim: int) -> tuple[int, int]:
+        return dim, dim + dim * dim  # x down; grad f_i(x) and the d x d Hessian difference S_i up (fedsso.md §3.5)
+
     def validate(self) -> None:
         check(0 < self.hessian_lr <= 1, f"algorithm.hessian_lr (alpha_H) must lie in (0, 1], got {self.hessian_lr}")
         check(self.mu_p > 0, f"algorithm.mu_p must be > 0, got {self.mu_p}")

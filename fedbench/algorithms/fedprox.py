@@ -21,6 +21,7 @@ from fedbench.core.errors import check
 @register("fedprox", "FedProx: local SGD on f_i + (mu/2)||w - x||^2, FedAvg aggregation")
 @dataclass
 class FedProx(FedAvg):
+    sends = (1, 1)  # per client and round, in d-vectors: as FedAvg (Li et al. 2020)
     mu: float = 0.01
     hetero_epochs: bool = False  # E_i ~ U{1..local_epochs} per client and round (the FedADMM presets set it)
 

@@ -43,6 +43,7 @@ ING_ANCHORS = ("x", "x_tilde")
 @register("fedspeed", "FedSpeed: prox + prox-correction (FedDyn-like) + SAM-style gradient perturbation")
 @dataclass
 class FedSpeed(Algorithm):
+    sends = (1, 1)  # per client and round, in d-vectors: x down, x_hat_i (or Delta_i, the same size) up (fedspeed.md §2.2, l. 124)
     lr_rows = True
     local_extras = EXTRAS  # conf/algorithm/fedspeed.yaml sets the spec's weight_decay 1e-3 and grad_clip 10
     mu: float = 0.1
@@ -142,6 +143,7 @@ class FedSpeedIng(FedSpeed):
     h'_i = h_i^t + zeta (h_i^t - h_i^{t-1})               (l. 14; the correction used next time)
     local step: x <- x - lr (g~ + wd x + mu h'_i + mu (x - x~^t)), from x^t (or x~^t)
     """
+    sends = (2, 1)  # per client and round, in d-vectors: x^t and the anchor x~^t down (fedspeed.md §2.9, l. 11), x_hat_i up
 
     zeta: float = 0.1
     ing_init_from_lookahead: bool = False

@@ -32,6 +32,7 @@ GRADIENT_SCALES = ("alpha_tau", "alpha")
 @register("fedsso", "FedSSO: FedAvg clients, server quasi-Newton (safeguarded BFGS) step on the average gradient")
 @dataclass
 class FedSSO(Algorithm):
+    sends = (1, 1)  # per client and round, in d-vectors: x_k down, x_i up (fedsso.md §2.1)
     local_extras = EXTRAS
     curvature_lower: float = 1e-4
     curvature_upper: float = 9999.0

@@ -87,6 +87,7 @@ class _BlockSaga(Algorithm):
 @register("fedsaga", "FedSaga (LoSAC paper Alg. 1): SAGA over M local blocks inside each client")
 @dataclass
 class FedSaga(_BlockSaga):
+    sends = (1, 1)  # per client and round, in d-vectors: x down, dx up (losac.md §2.1)
     x_agg: str = "mean_over_S"  # mean_over_S: x += eta_g * mean dx (as FedAvg) | sum_over_N: x += (1/N) sum dx (Alg. 1)
 
     def validate(self) -> None:
@@ -118,6 +119,7 @@ class FedSaga(_BlockSaga):
 @register("losac", "LoSAC / LoSAC-Prox (Alg. 2, eqs. 10-16): SAGA with a global gradient estimate phi")
 @dataclass
 class LoSAC(_BlockSaga):
+    sends = (2, 2)  # per client and round, in d-vectors: (x, phi) down, (dx_i, dphi_i) up (losac.md §2.2.3)
     variant: str = "consistent"  # paper (eqs. 11, 13 as printed) | consistent (eq. 10 as SAGA)
     phi_refresh_before_step: bool = False  # Fig. 1's order: refresh phi_i before the x-step
     x_agg: str = "preset"  # preset | mean_over_S (1/S) | sum_over_N (1/N)

@@ -25,6 +25,7 @@ from fedbench.algorithms.registry import register
 @register("mime_svrg", "MimeSVRG: Mime with SGD base: SVRG-corrected local steps with the cohort's gradient at x")
 @dataclass
 class MimeSVRG(Algorithm):
+    sends = (2, 2)  # per client and round, in d-vectors: (x, c) down, (grad f_i(x), y_i) up (losac.md §3.4)
     two_phase = True
 
     def prepare(self, down: State, client: State, work) -> State:

@@ -28,6 +28,7 @@ OPTIONS = ("I", "II")
 @register("scaffold", "SCAFFOLD: control-variate corrected local SGD (option I or II), server step eta_g")
 @dataclass
 class Scaffold(Algorithm):
+    sends = (2, 2)  # per client and round, in d-vectors: (x, c) down, (dy_i, dc_i) up (losac.md §3.3; fedsso.md Table 2: 2 n_c)
     lr_rows = True
     local_extras = EXTRAS
     option: str = "II"  # I: c_i+ = grad f_i(x) (an extra full pass); II: from the local displacement

@@ -44,7 +44,7 @@ def dlg(
     """
     import pandas as pd
     from fedbench.attacks.record import recorded_attack
-    from fedbench.config.compose import compose
+    from fedbench.config.preflight import checked_compose
     from fedbench.core.errors import ConfigError
     from fedbench.tracking.store import quiet_libraries
 
@@ -64,7 +64,7 @@ def dlg(
     configs = {}
     for name in names:  # every configuration is checked before any training
         overrides = [*DLG_DEFAULTS, "tracking.experiment=dlg", *ctx.args, f"algorithm={name}"]
-        configs[name] = compose(overrides, checked=True)
+        configs[name] = checked_compose(overrides)
     quiet_libraries()
     curves = {}
     folder = out / datetime.now().strftime("dlg-%Y%m%d-%H%M%S")

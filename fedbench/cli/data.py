@@ -18,11 +18,11 @@ def client_label_counts(overrides: list[str]):
     population made on demand (dataset.generator=per_user), parts is None and counts covers its first
     POPULATION_SHOWN users."""
     import numpy as np
-    from fedbench.config.compose import compose
+    from fedbench.config.preflight import checked_compose
     from fedbench.config.validate import params_of, partition_of
     from fedbench.data import DATASETS, make_partition
 
-    cfg = compose(overrides, checked=True)  # unknown names and bad values: one clear ConfigError
+    cfg = checked_compose(overrides)  # unknown names and bad values: one clear ConfigError
     dataset = DATASETS.get(cfg.dataset.name)(
         root=str(cfg.data.root), download=bool(cfg.data.download),
         **{k: v for k, v in params_of(cfg.dataset).items() if k not in ("root", "download")},

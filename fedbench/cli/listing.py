@@ -33,7 +33,7 @@ def list_choices() -> None:
                 doc = described[name]
             else:  # a file that selects another registered name with other defaults (cifar10_half)
                 selected, comment = selected_name(group, name)
-                doc = f"-> {selected}: {comment}"
+                doc = comment if selected == name and "[plugin: " in comment else f"-> {selected}: {comment}"
             if name == "fmnist" and group == "dataset":
                 from fedbench.data.locations import fmnist_folder
 
@@ -80,29 +80,45 @@ def _echo_row(lead: str, text: str) -> None:
                              subsequent_indent=" " * len(lead), break_long_words=False, break_on_hyphens=False))
 
 
+def config_folders() -> list[Path]:
+    """The config folders `fedbench run` searches without --config-dir: the packaged tree (or FEDBENCH_CONF),
+    then the installed packages' plugins (entry-point group fedbench.plugins)."""
+    from fedbench.config.plugins import installed_config_dirs
+
+    return [conf_dir(), *installed_config_dirs()]
+
+
 def config_options(group: str) -> list[str]:
     """The choices of a config group: its files, as `<name>` or `<folder>/<name>`."""
-    base = conf_dir() / group
-    return sorted(str(p.relative_to(base).with_suffix("")) for p in base.rglob("*.yaml"))
+    return sorted({str(p.relative_to(base / group).with_suffix("")) for base in config_folders()
+                   for p in (base / group).rglob("*.yaml")})
+
+
+def config_file(group: str, option: str) -> Path:
+    """The file of a choice: the first folder that has it, as Hydra searches them."""
+    return next((f for base in config_folders() if (f := base / group / f"{option}.yaml").is_file()),
+                conf_dir() / group / f"{option}.yaml")
 
 
 def selected_name(group: str, option: str) -> tuple[str, str]:
     """The registered name a config file selects (its `name`, or the file its defaults extend) and
-    its first comment line."""
+    its first comment line; a plugin's (its `_target_`) says so."""
     import yaml
 
-    text = (conf_dir() / group / f"{option}.yaml").read_text()
+    text = config_file(group, option).read_text()
     raw = yaml.safe_load(text) or {}
     section = raw.get(group) if isinstance(raw.get(group), dict) else raw  # an @package _global_ algorithm file
     base = next((d for d in raw.get("defaults") or [] if isinstance(d, str) and d != "_self_"), "")
     # a variant that extends another file: fedavg/adam ([/algorithm/fedavg@_here_])
     name = section.get("name") or base.split("@")[0].rsplit("/", 1)[-1]
     comment = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.startswith("#") and "@package" not in ln), "")
+    if isinstance(section, dict) and section.get("_target_"):
+        comment = f"{comment} [plugin: {section['_target_']}]".strip()
     return str(name), comment
 
 
 def _echo_imposed(group: str, option: str, width: int) -> None:
-    if group == "algorithm" and (imposed := imposed_settings(conf_dir() / "algorithm" / f"{option}.yaml")):
+    if group == "algorithm" and (imposed := imposed_settings(config_file("algorithm", option))):
         shown = ", ".join(f"{k}={'null' if v is None else v}" for k, v in imposed.items())
         _echo_row(f"  {'':<{width}}   ", f"imposes: {shown}")
 

@@ -127,7 +127,7 @@ def _renamed(run_dir: Path, overrides: list[str]) -> list[str]:
     it was written by the recorded config (the same run: only names and key paths changed)."""
     from omegaconf import OmegaConf
 
-    from fedbench.config.compose import compose
+    from fedbench.config.preflight import checked_compose
     from fedbench.config.renames import map_overrides
     from fedbench.engine.checkpoint import rehash_checkpoint
     from fedbench.runs.single import CHECKPOINT_NAME, config_hash
@@ -136,7 +136,7 @@ def _renamed(run_dir: Path, overrides: list[str]) -> list[str]:
     if mapped == overrides:
         return overrides
     recorded = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
-    rehash_checkpoint(run_dir / CHECKPOINT_NAME, config_hash(recorded), config_hash(compose(mapped, checked=True)))
+    rehash_checkpoint(run_dir / CHECKPOINT_NAME, config_hash(recorded), config_hash(checked_compose(mapped)))
     saved = run_dir / ".hydra" / "overrides.yaml"
     kept = [o for o in OmegaConf.load(saved) if o not in overrides]  # the placement entries
     OmegaConf.save(OmegaConf.create([*kept, *mapped]), saved)

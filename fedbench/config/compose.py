@@ -63,18 +63,13 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("pid", os.getpid)
 
 
-def compose(overrides: list[str] | tuple[str, ...] = (), checked: bool = False,
-            return_hydra_config: bool = False, directory: Path | None = None) -> DictConfig:
+def compose(overrides: list[str] | tuple[str, ...] = (), return_hydra_config: bool = False,
+            directory: Path | None = None) -> DictConfig:
     """The config `fedbench run OVERRIDES` would run, from `directory` (default: conf_dir()); Hydra's
-    composition errors become one ConfigError line. With `checked`, the command line is first checked
-    as `fedbench run` checks it (config.preflight: one ConfigError before any work)."""
-    directory = directory or conf_dir()
+    composition errors become one ConfigError line. Checked as `fedbench run` checks a command line:
+    config.preflight.checked_compose."""
     register_resolvers()
-    if checked:
-        from fedbench.config.preflight import preflight
-
-        preflight(directory, list(overrides))
-    return _composed(directory, list(overrides), return_hydra_config)
+    return _composed(directory or conf_dir(), list(overrides), return_hydra_config)
 
 
 def _composed(directory: Path, overrides: list[str], with_hydra: bool) -> DictConfig:

@@ -8,6 +8,7 @@ import itertools
 from pathlib import Path
 
 from fedbench.config import suggest
+from fedbench.config.plugins import installed_config_dirs
 from fedbench.config.renames import renamed_message
 from fedbench.core.errors import ConfigError
 
@@ -37,6 +38,14 @@ def extra_config_dirs(argv: list[str]) -> tuple[Path, ...]:
     return tuple(Path(v).absolute() for f, v in zip(argv, argv[1:]) if f in ("--config-dir", "-cd"))
 
 
+def searchpath(extra: tuple[Path, ...]) -> list[str]:
+    """The override that adds --config-dir folders to Hydra's search path (none without them)."""
+    from fedbench.config.compose import quoted_value
+
+    # file://<path> quoted (not as_uri: Hydra does not decode its %-escapes): a folder with `,` or spaces
+    return [f"hydra.searchpath=[{','.join(quoted_value(f'file://{d}') for d in extra)}]"] if extra else []
+
+
 def expand_jobs(overrides: list[str]) -> list[list[str]]:
     """The override lists of every job of a basic-sweeper grid (one job without sweeps)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -52,19 +61,28 @@ def expand_jobs(overrides: list[str]) -> list[list[str]]:
     return [list(job) for job in itertools.product(*axes)]
 
 
+def checked_compose(overrides: list[str] | tuple[str, ...] = (), directory: Path | None = None):
+    """The config `fedbench run OVERRIDES` would run, the command line first checked as `fedbench run`
+    checks it (preflight: one ConfigError before any work)."""
+    from fedbench.config.compose import compose, conf_dir
+
+    directory = directory or conf_dir()
+    preflight(directory, list(overrides))
+    return compose(overrides, directory=directory)
+
+
 def preflight(conf_dir: Path, argv: list[str]) -> None:
     """Raise ConfigError for the first bad value of any job; returns quietly otherwise. Each job is
     composed once (the first with Hydra's settings, for the output folder) and validated once."""
     from hydra.errors import OverrideParseException
 
-    from fedbench.config.compose import compose, quoted_value
+    from fedbench.config.compose import compose
     from fedbench.config.validate import validate
 
     overrides = hydra_overrides(argv)
     check_plugins(overrides)
     extra = extra_config_dirs(argv)
-    # file://<path> quoted (not as_uri: Hydra does not decode its %-escapes): a folder with `,` or spaces
-    search = [f"hydra.searchpath=[{','.join(quoted_value(f'file://{d}') for d in extra)}]"] if extra else []
+    search = searchpath(extra)
     multirun = "--multirun" in argv or "-m" in argv
     check_output_value([o for o in overrides if o.startswith(("hydra.run.", "hydra.sweep."))])
     if not multirun:
@@ -87,7 +105,8 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
         raise ConfigError(f"a grid of {len(jobs):,} jobs; at most {MAX_GRID_JOBS:,} are run from one command line "
                           "(each is checked before the first starts): split it, e.g. by seed or algorithm")
     keys = top_level_keys()
-    choices = functools.cache(lambda group: group_choices(conf_dir, group, extra))
+    installed = installed_config_dirs()  # the installed packages' plugins (hydra_plugins/fedbench_plugins)
+    choices = functools.cache(lambda group: group_choices(conf_dir, group, (*extra, *installed)))
     composer = JobComposer(conf_dir, search)
     for number, job in enumerate(jobs):
         for item in job:

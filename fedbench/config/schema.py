@@ -109,11 +109,12 @@ class RunConfig:
 
 # The groups whose parameters are a factory's: the leading positional parameters the engine fills
 # (not settable in the config), and the keys a group's yaml may hold beyond the parameters.
+# `_target_`: a user's own code by import path (config.plugins).
 GROUPS: dict[str, tuple[int, tuple[str, ...]]] = {
-    "dataset": (0, ("name",)),
-    "partition": (3, ("name", "seed")),  # labels, num_clients, rng; seed: the split's own seed
-    "model": (2, ("name",)),  # input_shape, num_classes
-    "algorithm": (0, ("name", "imposes")),  # imposes: the run settings the file sets (documentation)
+    "dataset": (0, ("name", "_target_")),
+    "partition": (3, ("name", "seed", "_target_")),  # labels, num_clients, rng; seed: the split's own seed
+    "model": (2, ("name", "_target_")),  # input_shape, num_classes
+    "algorithm": (0, ("name", "imposes", "_target_")),  # imposes: the run settings the file sets (documentation)
 }
 
 # Ranges of group parameters, for every entry of the group that has the parameter.

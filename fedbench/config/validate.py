@@ -19,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 from fedbench.algorithms import load_all
 from fedbench.algorithms.base import Algorithm
 from fedbench.config.checker import check_group, check_section
+from fedbench.config.plugins import TARGET, adopt_targets
 from fedbench.config.schema import GROUPS, PARAMETER_SPECS, RunConfig
 from fedbench.core.errors import ConfigError, check
 from fedbench.data import DATASETS, PARTITIONS
@@ -28,9 +29,10 @@ _CHECKED: dict[str, Algorithm] = {}  # config fingerprint -> the algorithm valid
 
 
 def params_of(group: DictConfig | dict) -> dict[str, Any]:
-    """A group's parameters: its keys without `name`."""
+    """A group's parameters: its keys without `name` (and a plugin's `_target_`)."""
     d = OmegaConf.to_container(group, resolve=True) if isinstance(group, DictConfig) else dict(group)
     d.pop("name", None)
+    d.pop(TARGET, None)
     return d
 
 
@@ -73,6 +75,7 @@ def _checked(cfg: DictConfig) -> Algorithm:
     for group in GROUPS:
         check(isinstance(values.get(group), dict) and "name" in values[group],
               f"config group {group!r} is missing (or has no name)")
+    adopt_targets(values)  # a user's own code, named by _target_: registered under its name before the lookups
     factories = {"dataset": DATASETS.get, "partition": PARTITIONS.get, "model": MODELS.get, "algorithm": load_all().get}
     for group, (skip, extra) in GROUPS.items():
         name = values[group]["name"]
@@ -97,7 +100,7 @@ def check_extras(values: dict[str, Any], algorithm_class) -> None:
     name = values["algorithm"]["name"]
     for key in EXTRAS:
         if values[key] and key not in algorithm_class.local_extras:
-            takers = sorted(n for n in load_all().names() if key in load_all().get(n).local_extras)
+            takers = sorted(n for n in load_all().describe() if key in load_all().get(n).local_extras)  # built-ins
             raise ConfigError(f"{key}={values[key]}: algorithm {name} has no local SGD step that takes it; set "
                               f"{key}=0, or use an algorithm that does: {', '.join(takers)}")
 

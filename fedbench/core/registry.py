@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from fedbench.core.errors import unknown_choice
+from fedbench.core.errors import ConfigError, unknown_choice
 
 T = TypeVar("T")
 
@@ -25,6 +25,7 @@ class Registry(Generic[T]):
         self._entries: dict[str, T] = {}
         self._descriptions: dict[str, str] = {}
         self._package = package
+        self._adopted: dict[str, str] = {}  # name -> the import path of a plugin's object (config.plugins)
 
     def _fill(self) -> None:
         if self._package is not None:
@@ -46,6 +47,29 @@ class Registry(Generic[T]):
 
         return deco
 
+    def adopt(self, name: str, obj: T, target: str) -> None:
+        """Add a plugin's object (named by import path, `target`) under `name`; again with the same object
+        is nothing. A name taken by another object raises ConfigError: one name means one thing."""
+        self._fill()
+        held = self._entries.get(name)
+        if held is obj:
+            return
+        if held is not None:
+            owner = self._adopted.get(name) or f"{getattr(held, '__module__', '?')}.{getattr(held, '__qualname__', '?')}"
+            raise ConfigError(f"{self.kind}.name={name} with {self.kind}._target_={target}: the name {name!r} is taken by "
+                              f"{owner}; give yours a name of its own (name: in its yaml)")
+        self._entries[name] = obj
+        self._adopted[name] = target
+        doc = (getattr(obj, "__doc__", None) or "").strip().splitlines()
+        self._descriptions[name] = doc[0] if doc else ""
+
+    def forget_adopted(self) -> None:
+        """Drop the adopted plugins, so that one test's plugins do not reach the next test's messages."""
+        for name in self._adopted:
+            self._entries.pop(name, None)
+            self._descriptions.pop(name, None)
+        self._adopted.clear()
+
     def get(self, name: str) -> T:
         self._fill()
         if name not in self._entries:
@@ -57,7 +81,8 @@ class Registry(Generic[T]):
         return sorted(self._entries)
 
     def describe(self) -> dict[str, str]:
-        return {n: self._descriptions[n] for n in self.names()}
+        """name -> description of the registered entries (the package's own, not adopted plugins)."""
+        return {n: self._descriptions[n] for n in self.names() if n not in self._adopted}
 
     def __contains__(self, name: str) -> bool:
         self._fill()

@@ -13,7 +13,8 @@ import pandas as pd
 import yaml
 from omegaconf import DictConfig
 
-from fedbench.config.compose import compose, conf_dir, group_choices_of
+from fedbench.config.compose import conf_dir, group_choices_of
+from fedbench.config.preflight import checked_compose
 from fedbench.core.errors import ConfigError, DataUnavailableError, DivergenceError, FedbenchError, report_error
 from fedbench.reproduce.entry import Arm, Claim, Reproduction, Scale
 from fedbench.reproduce.compare import (COLLAPSE_RULE, RunResult, aggregate, comparison, display_frame, over_seeds,
@@ -128,7 +129,7 @@ def plan(rep: Reproduction, scale: Scale, stamp: str, extra: tuple[str, ...] = (
         for seed in scale.seeds:
             overrides = [*job_overrides(rep, scale, arm, extra), f"seed={seed}", f"tracking.experiment={rep.name}",
                          f"tracking.run_name={stamp}-{arm.slug}", *fresh]
-            jobs.append(Job(arm, seed, overrides, compose(overrides, checked=True)))
+            jobs.append(Job(arm, seed, overrides, checked_compose(overrides)))
     return jobs
 
 

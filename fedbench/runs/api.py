@@ -40,23 +40,40 @@ class RunResult:
         return self.summary.get("final_accuracy")
 
 
+ConfigDirs = str | Path | list[str | Path] | tuple[str | Path, ...] | None
+
+
 def run(overrides: list[str] | tuple[str, ...] = (), run_dir: str | Path | None = None,
-        progress: bool | None = None) -> RunResult:
+        progress: bool | None = None, config_dir: ConfigDirs = None) -> RunResult:
     """Train one configuration (the `fedbench run` overrides) and return its results. `progress`: None
     shows a progress bar (tqdm.auto) and the run's lines in a notebook or a terminal, nothing elsewhere;
-    True or False to choose."""
-    [job] = _jobs(list(overrides), multirun=False)
-    return _run_one(job, run_dir, _progress(progress))
+    True or False to choose. `config_dir`: one or more folders of config groups searched beside the
+    packaged ones, as `fedbench run --config-dir` (a user's own algorithm's yaml, docs/own_method.md)."""
+    dirs = _config_dirs(config_dir)
+    [job] = _jobs(list(overrides), multirun=False, dirs=dirs)
+    return _run_one(job, run_dir, _progress(progress), dirs=dirs)
 
 
 def sweep(overrides: list[str] | tuple[str, ...] = (), sweep_dir: str | Path | None = None,
-          progress: bool | None = None) -> list[RunResult]:
+          progress: bool | None = None, config_dir: ConfigDirs = None) -> list[RunResult]:
     """Train every job of a grid (comma-separated values, as `fedbench run -m`), one after another in
-    this process; returns one RunResult per job, in Hydra's job order. `progress` as for run."""
-    jobs = _jobs(list(overrides), multirun=True)
+    this process; returns one RunResult per job, in Hydra's job order. `progress` and `config_dir` as for run."""
+    dirs = _config_dirs(config_dir)
+    jobs = _jobs(list(overrides), multirun=True, dirs=dirs)
     folder = Path(sweep_dir) if sweep_dir is not None else _default_folder("multirun", "sweep")
     shown = _progress(progress)
-    return [_run_one(job, folder / str(i), shown, sweep=True) for i, job in enumerate(jobs)]
+    return [_run_one(job, folder / str(i), shown, sweep=True, dirs=dirs) for i, job in enumerate(jobs)]
+
+
+def _config_dirs(config_dir: ConfigDirs) -> tuple[Path, ...]:
+    from fedbench.core.errors import ConfigError
+
+    given = [] if config_dir is None else [config_dir] if isinstance(config_dir, (str, Path)) else list(config_dir)
+    dirs = tuple(Path(d).expanduser().absolute() for d in given)
+    for d in dirs:
+        if not d.is_dir():
+            raise ConfigError(f"config_dir={d}: no such folder (a folder of config groups, e.g. algorithm/<name>.yaml)")
+    return dirs
 
 
 def _progress(progress: bool | None) -> bool:
@@ -110,7 +127,7 @@ def plot(experiment: str = "fedbench", metric: str = "test_accuracy", x: str = "
     return comparison_plot(experiment, metric, x, settings, title, filter_string, uri)[0]
 
 
-def _jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
+def _jobs(overrides: list[str], multirun: bool, dirs: tuple[Path, ...] = ()) -> list[list[str]]:
     from fedbench.config.compose import conf_dir
     from fedbench.config.preflight import expand_jobs, preflight
     from fedbench.core.errors import ConfigError
@@ -120,7 +137,8 @@ def _jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
     overrides = withhold(overrides)
     if not multirun and any(o.is_sweep_override() for o in _parsed(overrides)):  # before preflight's "add -m"
         raise ConfigError(f"{len(expand_jobs(overrides))} jobs in {overrides}: use fedbench.sweep for a grid")
-    preflight(conf_dir(), [*overrides, *(["--multirun"] if multirun else [])])
+    preflight(conf_dir(), [*overrides, *(["--multirun"] if multirun else []),
+                           *(arg for d in dirs for arg in ("--config-dir", str(d)))])
     jobs = expand_jobs(overrides)
     return jobs
 
@@ -130,33 +148,50 @@ def _default_folder(kind: str, name: str) -> Path:
     return Path("outputs") / kind / now.strftime("%Y-%m-%d") / f"{now.strftime('%H-%M-%S')}_{name}_{os.getpid()}"
 
 
-def _run_one(job: list[str], run_dir: str | Path | None, progress: bool, sweep: bool = False) -> RunResult:
+def _run_one(job: list[str], run_dir: str | Path | None, progress: bool, sweep: bool = False,
+             dirs: tuple[Path, ...] = ()) -> RunResult:
     from fedbench.config.compose import compose
+    from fedbench.config.preflight import searchpath
 
-    cfg = compose(job)
+    cfg = compose([*job, *searchpath(dirs)])
     folder = Path(run_dir) if run_dir is not None else _default_folder("runs", f"{cfg.algorithm.name}_{cfg.dataset.name}")
-    return run_composed(cfg, job, folder, progress, sweep=sweep)
+    return run_composed(cfg, job, folder, progress, sweep=sweep, config_dirs=dirs)
 
 
 def run_composed(cfg, job: list[str], run_dir: Path, progress: bool = False, label: str = "",
-                 sweep: bool = False) -> RunResult:
+                 sweep: bool = False, config_dirs: tuple[Path, ...] = ()) -> RunResult:
     """Train `cfg`, the config composed (and checked) from the overrides `job`, in `run_dir`.
 
     The overrides are recorded with the run and saved in run_dir/.hydra/overrides.yaml, as a
     `fedbench run` saves them, so that an interrupted run continues with `fedbench resume run_dir`.
-    `label` prefixes its progress lines; `sweep` lets tracking.skip_finished skip a finished config."""
+    `label` prefixes its progress lines; `sweep` lets tracking.skip_finished skip a finished config;
+    `config_dirs` (--config-dir folders) are recorded for resume as `fedbench run` records them."""
     from fedbench.runs.single import run_job
 
     from fedbench.core.secrets import withhold
 
     job = withhold(list(job))  # what .hydra/ and the tag record: never a store's password
     with owned([(run_dir, job, sweep or bool(cfg.get("resume")))]):
+        if config_dirs:
+            record_config_dirs(run_dir, config_dirs)
         summary = run_job(cfg, run_dir, quiet=not progress, tags={"overrides": " ".join(job)[:5000]}, sweep=sweep,
                           label=label)
     history = summary.pop("history", None)
     if history is None:  # a finished configuration skipped in a sweep: read its record back
         history = _history_from_mlflow(summary["tracking_uri"], summary["run_id"])
     return RunResult(list(job), history_frame(history), summary, summary["run_id"], run_dir)
+
+
+def record_config_dirs(run_dir: Path, dirs: tuple[Path, ...]) -> None:
+    """The --config-dir folders of a run started from Python, where `fedbench resume` finds them
+    (runs.hydra_app.record_config_dirs writes the same record for a run of the command line)."""
+    from omegaconf import OmegaConf
+
+    from fedbench.runs.hydra_app import RECORD_NAME
+
+    conf = os.environ.get("FEDBENCH_CONF")
+    OmegaConf.save(OmegaConf.create({"fedbench_conf": str(Path(conf).absolute()) if conf else None,
+                                     "config_dirs": [str(d) for d in dirs]}), run_dir / ".hydra" / RECORD_NAME)
 
 
 def history_frame(history: list[dict[str, float]]) -> pd.DataFrame:

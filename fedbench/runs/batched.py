@@ -24,6 +24,7 @@ from fedbench.core.errors import DivergenceError
 from fedbench.engine.loop import run_lanes
 from fedbench.runs.build import build_lanes
 from fedbench.runs.interrupts import GracefulInterrupt
+from fedbench.runs.memory import available_bytes
 from fedbench.runs.single import Job
 from fedbench.tracking.store import quiet_libraries
 
@@ -56,15 +57,6 @@ def lane_bytes(cfg: DictConfig, dim: int) -> int:
     """A lane's memory beyond the shared data: server state and the chunk rows of its cohort
     (parameters, gradients, an algorithm's few [s, d] temporaries), ~16 vectors per client."""
     return itemsize(cfg) * dim * (16 + 16 * int(cfg.clients_per_round))
-
-
-def available_bytes(device: torch.device) -> int:
-    """Memory free for lanes on `device`: CUDA's free memory, or the host's MemAvailable."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    from fedbench.core.memory import available_memory
-
-    return available_memory()
 
 
 def split_groups(jobs: list[GroupJob], max_batch: int) -> list[list[int]]:

@@ -8,8 +8,8 @@ federation of unequal clients (float64, partial participation where allowed, min
       test_the_stacked_executor_trains_conv_nets_as_the_loop_does),
   (b) the result does not depend on engine.client_chunk,
   (c) k rounds, a checkpoint, a resume and k more rounds give the 2k rounds run straight, bit for bit,
-  (d) the floats sent down and up per round are what the method's paper says it sends (SENDS: the
-      one datum written per algorithm; an algorithm without one fails),
+  (d) the floats sent down and up per round are what the method's paper says it sends, as its class
+      declares it (Algorithm.sends, or floats_per_client; an algorithm without one fails),
   (e) the yaml defaults equal the dataclass defaults,
   (f) runs trained together as lanes (the batched launcher: other seeds, another step size) each get
       the rounds they get alone,
@@ -17,12 +17,12 @@ federation of unequal clients (float64, partial participation where allowed, min
       for bit; each is taken (it changes the run) or refused with one message; lanes with extras on
       equal their runs alone.
 
-A new algorithm is covered by registering it; only its communication count must be added here.
+A new algorithm is covered by registering it. (a)-(d) and (f) are the public contract kit
+(fedbench.testing.Contract) applied to each case: a user's own algorithm is checked the same way.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 from pathlib import Path
@@ -31,16 +31,16 @@ import pytest
 import torch
 
 from tests.conftest import CONF, make_cfg
-from tests.problems import LEAST_SQUARES
 from fedbench.algorithms import load_all
 from fedbench.algorithms.base import EXTRAS
 from fedbench.config.validate import params_of, validate
 from fedbench.core.errors import ConfigError
 from fedbench.core.types import LocalExtras
-from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.models.stacked import why_not_stacked
-from fedbench.engine.loop import Federation, RunState, initial_state, run, run_lanes
+from fedbench.engine.loop import Federation, RunState, initial_state, run_lanes
 from fedbench.runs.build import build_federation, build_lanes
+from fedbench.testing import PROBLEM as KIT_PROBLEM
+from fedbench.testing import Contract, assert_same_state
 
 REGISTERED = load_all().names()
 # files of the algorithm group that configure a registered algorithm differently (fedavg/adam, fedsso/ref_v1, ...)
@@ -58,49 +58,10 @@ BRANCHES = {
 }
 CASES = {**{name: [f"algorithm={name}"] for name in [*REGISTERED, *VARIANT_FILES]}, **BRANCHES}
 
-K = 2  # rounds before the checkpoint; the straight run has 2K
-# 6 clients of 6 * 1.3**k samples (6 .. 22), d = 10, two local epochs of batches of 3 (4 .. 16 steps),
-# 4 clients a round weighted by their sizes: cohorts, minibatches, unequal work and the chunks' order all matter
-PROBLEM = [
-    *LEAST_SQUARES, "num_clients=6", "dataset.num_users=6", "dataset.dim=9", "dataset.samples_per_user=6",
-    "dataset.size_growth=1.3", "clients_per_round=4", "batch_size=3", "local_steps=null", "local_epochs=2",
-    "eta_l=0.02", "eta_l_decay=0.9", "aggregation=num_samples", f"rounds={2 * K}",
-]
+PROBLEM = list(KIT_PROBLEM)
 # the same size for the data sets an algorithm may impose instead of lstsq
 TINY_DATA = {"lowrank": ["dataset.dim=4", "dataset.rank=2", "dataset.num_users=6", "dataset.samples_per_user=12",
                          "dataset.test_samples=10"]}
-
-
-def vectors(down: int, up: int):
-    return lambda d: (down * d, up * d)
-
-
-# floats per participating client and round, (down, up), as a function of d (timing and step
-# sizes the server set itself, `metadata_keys`, are not communication)
-SENDS = {
-    "fedavg": vectors(1, 1),  # x down, x_i - x up (McMahan et al.; fedsso.md Table 2: n_c); any server_opt
-    "fedsgd": vectors(1, 1),  # x down, grad f_i(x) up (fedsso.md §3.2)
-    "dsgd": vectors(1, 1),  # x down, one gradient up (losac.md §3.5)
-    "fedprox": vectors(1, 1),  # as FedAvg (Li et al. 2020)
-    "scaffold": vectors(2, 2),  # (x, c) down, (dy_i, dc_i) up (losac.md §3.3; fedsso.md Table 2: 2 n_c)
-    "feddyn": vectors(1, 1),  # theta down, theta_i up (Acar et al. Alg. 1)
-    "fedcm": vectors(2, 1),  # (x, Delta) down, dx_i up (losac.md §3.2)
-    "mime_svrg": vectors(2, 2),  # (x, c) down, (grad f_i(x), y_i) up (losac.md §3.4)
-    "feddane": vectors(2, 2),  # (x, g_bar) down, (grad f_i(x), w_i) up (fedsso.md §3.4: 2 n_c)
-    "fedac": vectors(2, 2),  # (x, x_ag) each way (fedsso.md §3.7: 2 n_c)
-    "fednl": lambda d: (d, d + d * d),  # x down; grad f_i(x) and the d x d Hessian difference S_i up (fedsso.md §3.5)
-    "fedsso": vectors(1, 1),  # x_k down, x_i up (fedsso.md §2.1)
-    "fedspeed": vectors(1, 1),  # x down, x_hat_i (or Delta_i, the same size) up (fedspeed.md §2.2, l. 124)
-    "fedspeed_ing": vectors(2, 1),  # x^t and the anchor x~^t down (fedspeed.md §2.9, l. 11), x_hat_i up
-    "fedsaga": vectors(1, 1),  # x down, dx up (losac.md §2.1)
-    "losac": vectors(2, 2),  # (x, phi) down, (dx_i, dphi_i) up (losac.md §2.2.3)
-    "fedadmm": vectors(1, 1),  # theta down, one message of d up (fedadmm.md §2, l. 78)
-    "fedadmm_lowrank": vectors(1, 1),  # Z down, W_i = pi_i + rho X_i up (losac.md §3.6)
-    "fedcomp": vectors(1, 1),  # z^{r+1} down, z_i up (composite.md §2.5, §7.1 item 7)
-    "fedmid": vectors(1, 1),  # composite.md §7.1 item 7
-    "fedda": lambda d: (d + 1, d),  # z and the scalar prox parameter a down (composite.md §7.1 item 7)
-    "fastfedda": vectors(3, 2),  # G, S, w down, G_i, S_i up (composite.md §3.3)
-}
 
 
 def _imposed(cfg) -> set[str]:
@@ -119,43 +80,21 @@ def _config(case: str):
 
 
 @functools.cache
+def _contract(case: str) -> Contract:
+    return Contract.of(_config(case))
+
+
 def _federation(case: str, executor: str = "vmap") -> Federation:
-    cfg = copy.deepcopy(_config(case))
-    cfg.engine.executor = executor
-    fed, _ = build_federation(cfg)
-    if executor == "loop":  # the research loop: one client at a time, every step computed for every client
-        fed.group_by_work = fed.clients.skip_done = False
-    return fed
+    return _contract(case).federation(executor)
 
 
-def _run(fed: Federation, state: RunState | None = None) -> RunState:
-    return run(copy.deepcopy(fed), state)  # a fresh copy: nothing a run leaves behind reaches the next
-
-
-@functools.cache
 def _reference(case: str) -> RunState:
     """2K rounds straight, vmap over the whole cohort."""
-    return _run(_federation(case))
+    return _contract(case).reference
 
 
-def _assert_same(got: RunState, want: RunState, tol: float | None) -> None:
-    """Server state and client tables equal (bit for bit when tol is None)."""
-
-    def same(a, b, what):
-        if tol is None:
-            assert torch.equal(a, b), what
-        else:
-            torch.testing.assert_close(a, b, rtol=tol, atol=tol, msg=lambda m: f"{what}: {m}")
-
-    assert got.server.keys() == want.server.keys()
-    for key, value in want.server.items():
-        same(got.server[key], value, f"server {key}")
-    assert got.tables.keys() == want.tables.keys()
-    for name, table in want.tables.items():
-        assert got.tables[name].rows.keys() == table.rows.keys(), name
-        for i, row in table.rows.items():
-            same(got.tables[name].rows[i], row, f"client {i}'s {name}")
-    assert (got.floats_down, got.floats_up) == (want.floats_down, want.floats_up)
+_run = Contract.run
+_assert_same = assert_same_state
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -178,7 +117,7 @@ def test_state_keeps_its_shapes_and_the_model_moves(case):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_vmap_and_loop_executors_agree(case):
-    _assert_same(_run(_federation(case, "loop")), _reference(case), tol=1e-10)
+    _contract(case).check_executors()
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -216,72 +155,22 @@ def test_the_stacked_executor_trains_conv_nets_as_the_loop_does(model):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_client_chunk_does_not_change_the_run(case):
-    fed = _federation(case)
-    assert fed.client_chunk == fed.clients_per_round > 2  # the reference trains the cohort at once
-    _assert_same(_run(dataclasses.replace(fed, client_chunk=2)), _reference(case), tol=1e-10)
+    _contract(case).check_client_chunk()
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_resume_from_a_checkpoint_equals_the_straight_run(case, tmp_path):
-    fed = _federation(case)
-    first = _run(dataclasses.replace(fed, rounds=K))
-    save_checkpoint(tmp_path / "checkpoint.pt", first, None, "config hash")
-    resumed = copy.deepcopy(fed)  # a new process: a fresh federation, the state from the file
-    state = initial_state(resumed)
-    load_checkpoint(tmp_path / "checkpoint.pt", state, resumed.device)
-    assert state.round == K
-    resumed = run(resumed, state)
-    straight = _reference(case)
-    _assert_same(resumed, straight, tol=None)
-    def untimed(history):
-        return [{k: v for k, v in metrics.items() if not k.endswith("_time")} for metrics in history]
-
-    assert untimed(resumed.history) == untimed(straight.history)
+    _contract(case).check_resume(tmp_path)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_floats_per_round_are_what_the_paper_sends(case):
-    fed, history = _federation(case), _reference(case).history
-    name = fed.algorithm.name
-    if name not in SENDS:
-        pytest.fail(f"{name} declares no communication count: add to SENDS the floats per client and round "
-                    "its paper sends (down, up), with the source")
-    down, up = SENDS[name](fed.flat.dim)
-    S = fed.clients_per_round
-    assert len(history) == 2 * K
-    for before, after in zip([{"floats_down": 0.0, "floats_up": 0.0}, *history], history):
-        sent = (after["floats_down"] - before["floats_down"], after["floats_up"] - before["floats_up"])
-        assert sent == (S * down, S * up), f"round {after['round']}: (down, up) = {sent}"
-
-
-def _lane_configs(case: str) -> list:
-    """The case at seeds 0, 1 and 2, the last with half the step size (its own mixing class)."""
-    cfgs = []
-    for seed, scale in ((0, 1.0), (1, 1.0), (2, 0.5)):
-        cfg = copy.deepcopy(_config(case))
-        cfg.seed = seed
-        cfg.eta_l = float(cfg.eta_l) * scale
-        cfgs.append(cfg)
-    return cfgs
+    _contract(case).check_declared_counts()
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_lanes_trained_together_equal_each_run_alone(case):
-    cfgs = _lane_configs(case)
-    feds = [fed for fed, _ in build_lanes(cfgs)]
-    assert len({id(fed.clients) for fed in feds}) == 1  # one copy of the data, one split
-    states = [initial_state(fed) for fed in feds]
-    failures = []
-    run_lanes(feds, states, None, lambda k, st, exc: failures.append((k, exc)))
-    assert not failures
-    for cfg, got in zip(cfgs, states):
-        alone = _run(build_federation(cfg)[0])
-        _assert_same(got, alone, tol=1e-10)
-        assert [m["round"] for m in got.history] == [m["round"] for m in alone.history]
-        for a, b in zip(got.history, alone.history):
-            for key in a.keys() - {"wall_time", "eval_time", "warmup_time"}:
-                assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-12), key
-    assert not torch.equal(states[0].server[next(iter(states[0].server))], states[1].server[next(iter(states[1].server))])
+    _contract(case).check_lanes()
 
 
 # -- (e) defaults ---------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from tests.conftest import build
 from tests.faultkit import error_lines, fedbench, record_as
 from tests.problems import STOCHASTIC
 from fedbench.config.compose import compose, conf_dir
+from fedbench.config.preflight import checked_compose
 from fedbench.config.preflight import preflight
 from fedbench.config.renames import RENAMED, map_overrides
 from fedbench.core.errors import ConfigError
@@ -163,5 +164,5 @@ def test_an_extra_changes_the_hash_where_it_changes_the_run():
 def test_a_moved_key_is_refused_naming_its_new_place_and_resume_maps_it(old, new):
     algorithm = "fedadmm" if new == "local_momentum" else "fedspeed"
     with pytest.raises(ConfigError, match=f"^{old} moved to the top level: use {new}=0.25 "):
-        compose([f"algorithm={algorithm}", f"{old}=0.25"], checked=True)
+        checked_compose([f"algorithm={algorithm}", f"{old}=0.25"])
     assert map_overrides([f"algorithm={algorithm}", f"{old}=0.25"]) == [f"algorithm={algorithm}", f"{new}=0.25"]

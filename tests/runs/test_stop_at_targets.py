@@ -78,7 +78,7 @@ def test_off_keeps_the_config_hash_of_earlier_runs_and_on_changes_it():
 
 
 def test_stopping_needs_an_evaluation_to_see_the_targets():
-    from fedbench.config.compose import compose
+    from fedbench.config.preflight import checked_compose
 
     with pytest.raises(ConfigError, match="stop_at_targets=true needs .* eval_every=0"):
-        compose(["stop_at_targets=true", "eval_every=0"], checked=True)
+        checked_compose(["stop_at_targets=true", "eval_every=0"])
