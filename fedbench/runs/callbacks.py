@@ -14,6 +14,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from fedbench.tracking.sweeps import sweep_filter
+
 FAILED_MARKER = "FAILED"
 FAILURES: list[str] = []  # filled at the end of a multirun, read by cli.hydra_main
 CLAIMED: list[Path] = []  # the run or sweep folder this process owns until cli.hydra_main returns
@@ -82,20 +84,6 @@ def collect_failures(sweep_dir: Path) -> list[str]:
 # Every sweep whose grid holds a run, as `|<sweep folder>|<sweep folder>|`: a relaunched sweep skips the jobs
 # that FINISHED (tracking.skip_finished), so their runs keep the `sweep_dir` of the sweep that trained them,
 # and a filter on it would cover part of the grid; the relaunch adds itself here instead (runs.single.Job).
-SWEEPS_TAG = "sweep_dirs"
-
-
-def with_sweep(sweeps: str | None, sweep_dir: str) -> str:
-    """The SWEEPS_TAG value `sweeps` (or none yet) with `sweep_dir` added, each folder once."""
-    folders = [f for f in (sweeps or "").split("|") if f]
-    return "|" + "|".join(dict.fromkeys([*folders, sweep_dir])) + "|"
-
-
-def sweep_filter(sweep_dir: str) -> str:
-    """The MLflow filter of every run of the sweep in `sweep_dir`, trained by it or skipped as FINISHED."""
-    return f"tags.{SWEEPS_TAG} LIKE '%|{sweep_dir}|%'"
-
-
 def report_command(config: DictConfig) -> str:
     """The ready-to-paste `fedbench report` of every job of this sweep's grid (sweep_filter: the jobs it
     skipped as FINISHED included), with the first target of the config, and the first algorithm of the

@@ -157,8 +157,8 @@ class Job:
         self.digest = digest = config_hash(cfg)
         skipping = self.sweep and cfg.tracking.get("skip_finished", True)
         previous = recorder.find_previous(digest) if skipping else None
-        if tags and tags.get("sweep_dir"):  # this sweep's grid holds the run: runs.callbacks.SWEEPS_TAG
-            from fedbench.runs.callbacks import SWEEPS_TAG, with_sweep
+        if tags and tags.get("sweep_dir"):  # this sweep's grid holds the run: tracking.sweeps
+            from fedbench.tracking.sweeps import SWEEPS_TAG, with_sweep
 
             known = {} if previous is None else previous.data.tags  # a run from before the tag: its sweep_dir
             sweeps = known.get(SWEEPS_TAG) or (with_sweep(None, known["sweep_dir"]) if known.get("sweep_dir") else None)
