@@ -4,6 +4,7 @@ defaults: tests/algorithms/test_contract.py."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,8 +71,11 @@ def test_imposed_settings_are_visible_in_the_composed_config_and_a_command_line_
 
 
 def _fedbench(*args, cwd):
+    # into a pipe `fedbench list` writes whole lines unless COLUMNS is set; GNU readline, once any import in
+    # this process initialises it, exports COLUMNS into the C environment children inherit: drop it
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     return subprocess.run([sys.executable, "-m", "fedbench.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, env=env)
 
 
 def test_list_and_cfg_job_show_the_imposed_settings(tmp_path):
