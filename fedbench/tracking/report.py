@@ -310,7 +310,7 @@ def check_request(frame: pd.DataFrame, settings: list[str] | None, target, basel
         except ValueError:
             raise ConfigError(f"--best-by {best_by!r}: rounds_to_<t> needs a target accuracy t, e.g. rounds_to_0.8") from None
     if best_by and best_by not in BEST_BY and best_by not in [f"rounds_to_{t:g}" for t in targets]:
-        raise unknown_choice("--best-by", best_by, (*BEST_BY, *(f"rounds_to_{t:g}" for t in targets or ["<t>"])))
+        raise unknown_choice("--best-by", best_by, (*BEST_BY, *([f"rounds_to_{t:g}" for t in targets] or ["rounds_to_<t>"])))
     if last < 0:
         raise ConfigError(f"--last must be >= 0 (0 = no such column), got {last}")
     for t in targets:
