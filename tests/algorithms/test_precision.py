@@ -21,9 +21,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from tests.algorithms.test_contract import CASES, _config
-from fedbench.engine.loop import run
-from fedbench.runs.build import build_federation
+from tests.algorithms.test_contract import CASES, _config, _lane_configs, _with
+from fedbench.algorithms import load_all
+from fedbench.engine.loop import RunState, initial_state, run_lanes
+from fedbench.runs.build import build_lanes
 
 LOWER = {torch.float32, torch.float16, torch.bfloat16, torch.complex64}
 for name in ("float8_e4m3fn", "float8_e5m2"):
@@ -65,12 +66,11 @@ def _lower_entries(hook: str, value) -> list[str]:
             if isinstance(t, torch.Tensor) and t.dtype in LOWER]
 
 
-def watched_run(case: str) -> tuple[list[str], object]:
-    """Run the case's float64 federation with every algorithm hook under the watch; (findings, state)."""
-    fed, _ = build_federation(copy.deepcopy(_config(case)))
-    assert fed.x0.dtype == torch.float64, "the contract's configs are float64 runs"
-    algo, watch = fed.algorithm, LowPrecisionWatch()
-    returned: list[str] = []
+def watched_lanes(cfgs: list) -> tuple[list[str], list[RunState]]:
+    """Train the configs as lanes of one grid (one config: a run alone) with every hook of each lane's
+    algorithm under the watch; (findings, the lanes' final states)."""
+    feds = [fed for fed, _ in build_lanes([copy.deepcopy(cfg) for cfg in cfgs])]
+    watch, returned = LowPrecisionWatch(), []
 
     def watched(hook, method):
         def call(*args, **kwargs):
@@ -83,20 +83,52 @@ def watched_run(case: str) -> tuple[list[str], object]:
 
         return call
 
-    for hook in HOOKS:  # instance attributes: the engine calls fed.algorithm.<hook>
-        setattr(algo, hook, watched(hook, getattr(algo, hook)))
-    state = run(fed)
+    for fed in feds:
+        assert fed.x0.dtype == torch.float64, "the contract's configs are float64 runs"
+        for hook in HOOKS:  # instance attributes: the engine calls fed.algorithm.<hook>
+            setattr(fed.algorithm, hook, watched(hook, getattr(fed.algorithm, hook)))
+    states = [initial_state(fed) for fed in feds]
+    failures = []
+    run_lanes(feds, states, None, lambda k, state, exc: failures.append((k, exc)))
+    assert not failures
     made = [f"{hook} made {dtype} by {op} at {where}" for (hook, op, dtype), where in sorted(watch.found.items())]
-    kept = [f"server state {k!r} is {v.dtype}" for k, v in state.server.items() if v.dtype in LOWER]
-    kept += [f"client table {k!r} is {t.dtype}" for k, t in state.tables.items() if t.dtype in LOWER]
-    return made + sorted(set(returned)) + kept, state
+    kept = [f"server state {k!r} is {v.dtype}" for state in states for k, v in state.server.items() if v.dtype in LOWER]
+    kept += [f"client table {k!r} is {t.dtype}" for state in states for k, t in state.tables.items() if t.dtype in LOWER]
+    return made + sorted(set(returned)) + sorted(set(kept)), states
+
+
+def _check(case: str, cfgs: list) -> None:
+    findings, states = watched_lanes(cfgs)
+    assert all(state.round == len(state.history) > 0 for state in states)  # the watched runs went through their rounds
+    assert not findings, f"{case}: lower precision in a float64 run:\n" + "\n".join(findings)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_float64_run_makes_keeps_and_sends_nothing_of_lower_precision(case):
-    findings, state = watched_run(case)
-    assert state.round == len(state.history) > 0  # the watched run went through its rounds
-    assert not findings, f"{case}: lower precision in a float64 run:\n" + "\n".join(findings)
+    _check(case, [_config(case)])
+
+
+@pytest.mark.parametrize("case", sorted(case for case in CASES if load_all().get(_config(case).algorithm.name).lr_rows))
+def test_lanes_of_two_step_sizes_make_nothing_of_lower_precision(case):
+    """Algorithms that take per-client step sizes (lr_rows) see them as an [s, 1] tensor when lanes of
+    several step sizes share a chunk: that path too (seeds 0 and 2 of the contract's lanes, eta_l and eta_l / 2)."""
+    cfgs = _lane_configs(case)
+    _check(case, [cfgs[0], cfgs[2]])
+
+
+# code paths that neither the defaults nor the contract's branches take: (case, overrides)
+MORE_BRANCHES = {
+    "fedadmm_chained": ("fedadmm", "algorithm.chained=true"),
+    "fedprox_hetero_epochs": ("fedprox", "algorithm.hetero_epochs=true"),
+    "fedcomp_server_schedule": ("fedcomp", "algorithm.local_prox_schedule=server"),
+    "fedmid_no_server_prox": ("fedmid", "algorithm.server_prox=false"),
+}
+
+
+@pytest.mark.parametrize("branch", sorted(MORE_BRANCHES))
+def test_more_branches_make_nothing_of_lower_precision(branch):
+    case, *overrides = MORE_BRANCHES[branch]
+    _check(branch, [_with(case, *overrides)])
 
 
 def test_the_watch_sees_a_python_float_times_an_integer_tensor():
