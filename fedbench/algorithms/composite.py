@@ -195,7 +195,8 @@ class FedMid(CompositeAlgorithm):
     def client_update(self, down: State, client: State, work) -> tuple[State, State]:
         w = down["x"]
         W = local_sgd(work, w, prox=self.reg.prox)  # local proximal SGD
-        return {"delta": W - w, "eta_tau": (work.lr * work.steps).to(w.dtype)}, client
+        # the step count in the model's dtype first: a Python float times an int64 tensor is float32
+        return {"delta": W - w, "eta_tau": work.steps.to(w.dtype) * work.lr}, client
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:
         eta_s = self.setting.eta_g
@@ -236,7 +237,8 @@ class FedDA(CompositeAlgorithm):
             W = self.reg.prox(Z, a + eta_c * k)  # primal retrieval (identity at r = k = 0)
             G, _ = work.grad(W, work.batch(k))
             Z = work.masked(k, Z - eta_c * G, Z)  # step on the dual
-        return {"delta": Z - z, "eta_tau": (eta_c * work.steps).to(z.dtype)}, client
+        # a = sum of eta_s eta_c tau exact in float64 (a float32 product would stall FedDA at ~1e-8)
+        return {"delta": Z - z, "eta_tau": work.steps.to(z.dtype) * eta_c}, client
 
     def aggregate(self, server: State, up: State, cohort: Cohort) -> State:
         eta_s = self.setting.eta_g

@@ -74,8 +74,9 @@ class QuasiNewton:
             zero = torch.zeros_like(x0, dtype=QN)
             # reference code: x_0 = g_0 = 0 make a pair at round 1 (spec §2.4)
             has_prev = 1.0 if self.first_round == "reference_code" else 0.0
-            return {"x_prev": zero, "g_prev": zero.clone(), "has_prev": torch.tensor(has_prev),
-                    "qn_skipped": torch.tensor(0.0), "qn_forced": torch.tensor(0.0),
+            # flags and counters in QN too: torch.tensor(a Python float) would be float32
+            return {"x_prev": zero, "g_prev": zero.clone(), "has_prev": zero.new_tensor(has_prev),
+                    "qn_skipped": zero.new_zeros(()), "qn_forced": zero.new_zeros(()),
                     **self.empty_memory(x0)}
 
         def update(delta: Tensor, state: OptState, x: Tensor) -> tuple[Tensor, OptState]:
@@ -87,7 +88,7 @@ class QuasiNewton:
                 s = self.s_scale * (x.to(QN) - state["x_prev"])
                 self.add_pair(new, s, g - state["g_prev"])
             p = self.inverse_times(new, g, first=k == 1)
-            new.update({"x_prev": x.to(QN), "g_prev": g, "has_prev": torch.tensor(1.0)})
+            new.update({"x_prev": x.to(QN), "g_prev": g, "has_prev": g.new_ones((), dtype=QN)})
             return -(lr * p), new
 
         return ServerOptimizer(init, update)

@@ -279,6 +279,15 @@ def test_fig2_left_tau1_fedcomp_and_fedda_converge_at_the_same_rate():
     assert comp[-1] < 0.2 * comp[0]
 
 
+def test_fig2_left_tau1_fedcomp_and_fedda_reach_the_float64_floor():
+    """§7.2, 9: at tau = 1 with full gradients both "converge to machine precision" (TINY, seed 2,
+    eta = 1/L_max, 500 rounds): e_R <= 1e-12, the float64 floor. FedDA's prox parameter a, the sum of
+    eta_s eta_c tau, must stay float64: accumulated through a float32 product it stalled at 2e-8."""
+    for algorithm in ("fedcomp", "fedda"):
+        e = _errors(*TINY, "seed=2", "local_steps=1", "rounds=500", f"algorithm={algorithm}")
+        assert e[-1] <= 1e-12, (algorithm, e[::100])
+
+
 @pytest.fixture(scope="module")
 def tiny_tau1():
     """TINY, seed 2, tau = 1, 120 rounds."""

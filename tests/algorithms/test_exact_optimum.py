@@ -12,25 +12,30 @@ from fedbench.algorithms.prox import soft_threshold
 from fedbench.engine.loop import initial_state, run_round
 
 
+# the float64 floor (issue 40): each of these converges linearly on this strongly convex problem (SCAFFOLD:
+# Karimireddy et al. 2020, Thm. III with sigma = 0), so it reaches the floor, not only 1e-8
+FLOOR = 1e-12
+
+
 def model(fed, state):
     return fed.algorithm.model(state.server)
 
 
 EXACT = [  # (algorithm, S, round cap ~ twice what it needs)
-    (["algorithm=scaffold"], 8, 200),
-    (["algorithm=scaffold"], 3, 400),
-    (["algorithm=scaffold", "algorithm.option=I"], 8, 200),
-    (["algorithm=feddyn", "algorithm.alpha=5"], 8, 300),
-    (["algorithm=feddyn", "algorithm.alpha=5"], 3, 300),
-    (["algorithm=mime_svrg"], 8, 200),  # c is the cohort's gradient: exact only with S = N
+    (["algorithm=scaffold"], 8, 400),
+    (["algorithm=scaffold"], 3, 800),
+    (["algorithm=scaffold", "algorithm.option=I"], 8, 400),
+    (["algorithm=feddyn", "algorithm.alpha=5"], 8, 600),
+    (["algorithm=feddyn", "algorithm.alpha=5"], 3, 600),
+    (["algorithm=mime_svrg"], 8, 400),  # c is the cohort's gradient: exact only with S = N
 ]
 
 
 @pytest.mark.parametrize("algorithm, S, max_rounds", EXACT, ids=str)
 def test_drift_corrected_methods_reach_the_exact_optimum(algorithm, S, max_rounds):
     fed = build(*LSTSQ, *algorithm, f"clients_per_round={S}", f"rounds={max_rounds}")
-    norm, _ = run_until(fed, lambda x: global_grad(fed, x).norm(), 1e-8, max_rounds)
-    assert norm < 1e-8
+    norm, _ = run_until(fed, lambda x: global_grad(fed, x).norm(), FLOOR, max_rounds)
+    assert norm < FLOOR
 
 
 @pytest.mark.parametrize("algorithm, S", [(["algorithm=scaffold"], 8), (["algorithm=scaffold"], 3),
@@ -46,8 +51,8 @@ def test_weighted_objective_optimum_with_unequal_clients(algorithm, S):
     def weighted_grad(x):
         return sum(p[i] * local_grad(fed, i, x) for i in range(N))
 
-    norm, x = run_until(fed, lambda x: weighted_grad(x).norm(), 1e-8, 600)
-    assert norm < 1e-8
+    norm, x = run_until(fed, lambda x: weighted_grad(x).norm(), FLOOR, 1200)
+    assert norm < FLOOR
     assert global_grad(fed, x).norm() > 1e-3  # the unweighted objective's optimum is elsewhere
 
 
@@ -69,11 +74,11 @@ def test_scaffold_prox_reaches_the_exact_composite_optimum():
     """With the l1 prox in every local step the fixed point is that of min f + lam ||x||_1:
     x = prox_{t lam}(x - t grad f(x)) for any t > 0."""
     lam, t = 0.1, 0.1
-    fed = build(*LSTSQ, "algorithm=scaffold/prox", f"algorithm.lam={lam}", f"clients_per_round={N}", "rounds=200")
+    fed = build(*LSTSQ, "algorithm=scaffold/prox", f"algorithm.lam={lam}", f"clients_per_round={N}", "rounds=400")
 
     def residual(x):
         return ((x - soft_threshold(x - t * global_grad(fed, x), t * lam)) / t).norm()
 
-    value, x = run_until(fed, residual, 1e-8, 200)
-    assert value < 1e-8
+    value, x = run_until(fed, residual, FLOOR, 400)
+    assert value < FLOOR
     assert (x.abs() < 1e-8).any()  # the prox is active: some coordinates of the solution vanish

@@ -27,8 +27,8 @@ def test_feddane_one_local_step_is_gradient_descent_with_two_exchanges():
 
 def test_feddane_reaches_the_optimum():
     """FedDANE's local problems are stationary at x* (g_bar = 0 there), so its fixed point is the
-    optimum despite heterogeneity."""
-    fed = build(*LSTSQ, "algorithm=feddane", "rounds=100")
+    optimum despite heterogeneity; it converges linearly here, to the float64 floor."""
+    fed = build(*LSTSQ, "algorithm=feddane", "rounds=200")
     x = run(fed).server["x"]
     x_star = pooled_optimum(fed)
-    assert float((x - x_star).norm()) < 1e-8 * float(x_star.norm())
+    assert float((x - x_star).norm()) <= 1e-12 * float(x_star.norm())

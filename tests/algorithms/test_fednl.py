@@ -27,7 +27,7 @@ def test_fednl_hessians_are_exact_and_one_round_solves_a_quadratic():
         assert torch.allclose(H[i], 2 * A.T @ A / len(y), rtol=1e-10, atol=1e-10)
     x1 = run(fed).server["x"]  # H^0 is the exact Hessian: one Newton step
     x_star = pooled_optimum(fed)
-    assert float((x1 - x_star).norm()) < 1e-9 * float(x_star.norm())
+    assert float((x1 - x_star).norm()) <= 1e-12 * float(x_star.norm())  # the float64 floor (FedNL: local linear rate)
 
 
 def test_fednl_needs_full_participation():

@@ -151,10 +151,10 @@ def test_exact_optimum_where_fedavg_and_fedprox_stay_biased():
     """Heterogeneous least squares, full participation, deterministic gradients: FedSpeed without
     perturbation (= FedDyn) reaches the global minimiser; FedAvg and FedProx (FedSpeed with only
     the prox-term, Table 4.6) keep a client-drift bias."""
-    fed, x_speed = _final_x(*LSTSQ, "clients_per_round=8", "rounds=150", "algorithm=fedspeed", "algorithm.rho0=0", *EXACT)
+    fed, x_speed = _final_x(*LSTSQ, "clients_per_round=8", "rounds=200", "algorithm=fedspeed", "algorithm.rho0=0", *EXACT)
     x_star = pooled_optimum(fed)
     scale = float(x_star.norm())
-    assert float((x_speed - x_star).norm()) < 1e-9 * scale
+    assert float((x_speed - x_star).norm()) <= 1e-12 * scale  # the float64 floor
     _, x_avg = _final_x(*LSTSQ, "clients_per_round=8", "rounds=150", "algorithm=fedavg")
     _, x_prox = _final_x(*LSTSQ, "clients_per_round=8", "rounds=150", "algorithm=fedspeed", "algorithm.rho0=0",
                          "algorithm.use_correction=false", *EXACT)
@@ -165,9 +165,9 @@ def test_exact_optimum_where_fedavg_and_fedprox_stay_biased():
 def test_partial_participation_all_mode_converges_to_the_optimum():
     """Spec C8: the server correction averaged over all M clients keeps the optimum a fixed point
     at 50% participation."""
-    fed, x = _final_x(*LSTSQ, "clients_per_round=4", "rounds=200", "algorithm=fedspeed", "algorithm.rho0=0", *EXACT)
+    fed, x = _final_x(*LSTSQ, "clients_per_round=4", "rounds=400", "algorithm=fedspeed", "algorithm.rho0=0", *EXACT)
     x_star = pooled_optimum(fed)
-    assert float((x - x_star).norm()) < 1e-6 * float(x_star.norm())
+    assert float((x - x_star).norm()) <= 1e-12 * float(x_star.norm())  # the float64 floor
 
 
 def test_raw_perturbation_fixed_point():

@@ -187,7 +187,7 @@ def test_fedsso_beats_fedadagrad_on_a_quadratic():
     fed, sso = train(*common, "algorithm=fedsso", "eta_g=1")
     x_star = pooled_optimum(fed)
     scale = float(x_star.norm())
-    assert float((sso.server["x"] - x_star).norm()) < 1e-8 * scale
+    assert float((sso.server["x"] - x_star).norm()) <= 1e-12 * scale  # machine precision: the float64 floor
     best = min(float((train(*common, "algorithm=fedavg/adagrad", f"eta_g={lr}")[1].server["x"] - x_star).norm())
                for lr in (0.03, 0.1, 0.3))
     assert best > 1e-3 * scale

@@ -157,9 +157,9 @@ def _run_hetero(alg, M, S, rounds, c=0.5, *extra):
 @pytest.mark.parametrize("variant,M,S,c", [("consistent", 4, 3, 0.5), ("consistent", 1, 8, 0.5), ("paper", 4, 3, 0.2)])
 def test_losac_converges_exactly_under_heterogeneity(variant, M, S, c):
     """Constant step eta = c / L_max (SAGA's restriction; the paper preset's global term is M N/S larger)."""
-    grads, *_ = _run_hetero("losac", M, S, 200, c, f"algorithm.variant={variant}", f"algorithm.blocks={M}")
+    grads, *_ = _run_hetero("losac", M, S, 300, c, f"algorithm.variant={variant}", f"algorithm.blocks={M}")
     half, final = grads
-    assert final < 1e-8, grads
+    assert final <= 1e-12, grads  # the float64 floor
     assert final < 1e-3 * half  # still contracting linearly: not a plateau
 
 
@@ -179,7 +179,7 @@ def test_losac_prox_l1_reaches_the_lasso_solution():
     grads, fed, state = _run_hetero("losac", 4, 3, 200, 0.5, "algorithm.blocks=4", "algorithm.regularizer=l1", f"algorithm.lam={lam}")
     x = state.server["x"]
     residual = x - soft_threshold(x - 0.01 * global_grad(fed, x), 0.01 * lam)
-    assert float(residual.norm()) < 1e-9
+    assert float(residual.norm()) <= 1e-12
     assert int((x == 0).sum()) >= 1  # the l1 term is active: some coordinates exactly zero
 
 
