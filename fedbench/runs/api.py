@@ -151,12 +151,20 @@ def run_composed(cfg, job: list[str], run_dir: Path, progress: bool = False, lab
 
     job = withhold(list(job))  # what .hydra/ and the tag record: never a store's password
     with owned([(run_dir, job, sweep or bool(cfg.get("resume")))]):
-        summary = run_job(cfg, run_dir, quiet=not progress, tags={"overrides": " ".join(job)[:5000]}, sweep=sweep,
+        summary = run_job(cfg, run_dir, quiet=not progress, tags=record_tags(job), sweep=sweep,
                           label=label)
     history = summary.pop("history", None)
     if history is None:  # a finished configuration skipped in a sweep: read its record back
         history = _history_from_mlflow(summary["tracking_uri"], summary["run_id"])
     return RunResult(list(job), history_frame(history), summary, summary["run_id"], run_dir)
+
+
+def record_tags(overrides: list[str]) -> dict[str, str]:
+    """The run's tags: its overrides, and the digest of its record that its checkpoints keep (runs.recorded)."""
+    from fedbench.engine.checkpoint import RECORD_DIGEST
+    from fedbench.runs.recorded import digest
+
+    return {"overrides": " ".join(overrides)[:5000], RECORD_DIGEST: digest(list(overrides), None, [])}
 
 
 def history_frame(history: list[dict[str, float]]) -> pd.DataFrame:
@@ -176,7 +184,7 @@ def run_batched(jobs: list[tuple[Any, list[str], Path, str]], progress: bool = F
     from fedbench.core.secrets import withhold
 
     jobs = [(cfg, withhold(list(overrides)), run_dir, label) for cfg, overrides, run_dir, label in jobs]  # no password
-    specs = [GroupJob(cfg, run_dir, {"overrides": " ".join(overrides)[:5000]}, label)
+    specs = [GroupJob(cfg, run_dir, record_tags(overrides), label)
              for cfg, overrides, run_dir, label in jobs]
     out: list[RunResult | Exception] = [None] * len(jobs)  # type: ignore[list-item]
     for members in split_groups(specs, 0):

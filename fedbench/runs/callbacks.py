@@ -53,6 +53,19 @@ class SweepCallback(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         own_folder(config, "hydra.run.dir", "run directory", resume=bool(config.get("resume")))
 
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Hydra has just written the job's .hydra/ record and opened its log: what of it this process
+        created is noted, so that a refused run removes exactly that (core.ownership.record_made)."""
+        from fedbench.core.ownership import HYDRA_FILES, record_made
+
+        out = Path(str(config.hydra.runtime.output_dir))
+        if config.hydra.output_subdir is not None:
+            record = out / str(config.hydra.output_subdir)
+            record_made(record)
+            for name in HYDRA_FILES:
+                record_made(record / name)
+        record_made(out / f"{config.hydra.job.name}.log")
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # One process creates the SQLite schema and the experiment, so that parallel jobs
         # do not race on MLflow's database migrations.

@@ -54,7 +54,9 @@ def current_job(cfg) -> HydraJob:
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
+    from fedbench.engine.checkpoint import RECORD_DIGEST
     from fedbench.runs.callbacks import FAILED_MARKER
+    from fedbench.runs.recorded import digest
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
@@ -66,22 +68,32 @@ def current_job(cfg) -> HydraJob:
     if multirun:
         job.tags.update(sweep_dir=str(Path(hc.sweep.dir).resolve()), sweep_job=str(hc.job.num))
     (job.out / FAILED_MARKER).unlink(missing_ok=True)
-    record_config_dirs(job.out, hc)
+    conf, dirs = record_config_dirs(job.out, hc)
+    overrides = OmegaConf.to_container(hc.overrides.task, resolve=False)
+    job.tags[RECORD_DIGEST] = digest(overrides, conf, dirs)  # into each checkpoint: what resume may compose
     return job
 
 
 RECORD_NAME = "fedbench.yaml"  # in the run folder's .hydra/, beside Hydra's own files
 
 
-def record_config_dirs(out: Path, hc) -> None:
-    """The config folders this run composes from (FEDBENCH_CONF, --config-dir), for `fedbench resume`."""
+def record_config_dirs(out: Path, hc) -> tuple[str | None, list[str]]:
+    """The config folders this run composes from (FEDBENCH_CONF, --config-dir), for `fedbench resume`;
+    returns them as recorded."""
     from omegaconf import OmegaConf
 
     conf = os.environ.get("FEDBENCH_CONF")
+    conf = str(Path(conf).absolute()) if conf else None
     dirs = [s.path for s in hc.runtime.config_sources if s.provider == "command-line" and s.schema == "file"]
     if hc.output_subdir is not None:
-        OmegaConf.save(OmegaConf.create({"fedbench_conf": str(Path(conf).absolute()) if conf else None,
-                                         "config_dirs": dirs}), out / str(hc.output_subdir) / RECORD_NAME)
+        from fedbench.core.ownership import record_made
+
+        path = out / str(hc.output_subdir) / RECORD_NAME
+        existed = path.exists()
+        OmegaConf.save(OmegaConf.create({"fedbench_conf": conf, "config_dirs": dirs}), path)
+        if not existed:
+            record_made(path)
+    return conf, dirs
 
 
 def _hydra_task(cfg) -> float:
