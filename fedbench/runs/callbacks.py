@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 FAILED_MARKER = "FAILED"
 FAILURES: list[str] = []  # filled at the end of a multirun, read by cli.hydra_main
 CLAIMED: list[Path] = []  # the run or sweep folder this process owns until cli.hydra_main returns
+STOPPING = None  # the joblib sweep's signal forwarding (runs.interrupts.SweepStop) until cli.hydra_main returns
 
 
 def own_folder(config: DictConfig, key: str, what: str, resume: bool = False) -> None:
@@ -43,6 +44,10 @@ def own_folder(config: DictConfig, key: str, what: str, resume: bool = False) ->
 def release_folders() -> None:
     from fedbench.core.ownership import release
 
+    global STOPPING
+    if STOPPING is not None:
+        STOPPING.__exit__(None, None, None)
+        STOPPING = None
     while CLAIMED:
         release(CLAIMED.pop())
 
@@ -77,6 +82,11 @@ class SweepCallback(Callback):
         probe_server(uri)
         open_store(uri, config.tracking.experiment)
         own_folder(config, "hydra.sweep.dir", "sweep directory", resume=True)  # a relaunch continues its jobs
+        if "joblib" in str(OmegaConf.select(config, "hydra.launcher._target_", default="")).lower():
+            from fedbench.runs.interrupts import SweepStop
+
+            global STOPPING  # the jobs run in worker processes: a signal is forwarded to them
+            STOPPING = SweepStop(Path(str(config.hydra.sweep.dir))).__enter__()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from fedbench.runs.single import mlflow_hint
