@@ -83,14 +83,15 @@ def test_a_table_that_is_not_the_checkpoints_is_refused_before_training(fed, tmp
     assert CASES[how] in str(info.value) and "\n" not in str(info.value)
 
 
-def test_the_checkpoints_own_table_resumes_as_the_uninterrupted_run(fed, tmp_path):
-    """The identity check passes the run's own table, the one written before the checkpoint's included
-    (the process died between the checkpoint and the table file's write)."""
+def test_only_the_table_written_with_the_checkpoint_or_just_before_it_resumes(fed, tmp_path):
+    """Round 3's table with round 4's checkpoint is the run's own (the process died between the checkpoint and
+    the table file's write: the checkpoint's rows make it whole) and resumes as the uninterrupted run; round
+    2's is an older copy, refused."""
     whole = _rounds(fed, initial_state(fed, tmp_path / "whole"), 6)
     run = tmp_path / "run"
     interrupted(fed, run, copy_at=3)
     shutil.rmtree(run / "client_state")
-    shutil.copytree(tmp_path / "older", run / "client_state")  # round 3's: as if killed before round 4's write
+    shutil.copytree(tmp_path / "older", run / "client_state")
     resumed = initial_state(fed, run)
     load_checkpoint(run / "checkpoint.pt", resumed, fed.device)
     _rounds(fed, resumed, 2)
@@ -98,6 +99,12 @@ def test_the_checkpoints_own_table_resumes_as_the_uninterrupted_run(fed, tmp_pat
     cpu = torch.device("cpu")
     assert torch.equal(whole.tables["c"].gather(ids, cpu), resumed.tables["c"].gather(ids, cpu))
     assert all(torch.equal(whole.server[k], resumed.server[k]) for k in whole.server)
+
+    other = tmp_path / "other"
+    interrupted(fed, other / "run", copy_at=2)
+    damage(other / "run", "older_copy")
+    with pytest.raises(ConfigError, match="its file holds round 2"):
+        load_checkpoint(other / "run" / "checkpoint.pt", initial_state(fed, other / "run"), fed.device)
 
 
 @pytest.mark.slow

@@ -163,11 +163,14 @@ def test_a_file_replaced_by_another_writer_is_not_removed(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_refused_run_still_removes_its_own_record_and_log(tmp_path):
-    """The end to end case: Hydra's .hydra/ and log in a folder of the user's go again, the user's stay."""
+def test_a_refused_run_removes_its_record_from_a_users_hydra_folder_and_nothing_else(tmp_path):
+    """The end to end case: Hydra's files written into the user's own `.hydra/` and the log go again (the old
+    clean-up kept all of `.hydra/` since the folder was there before); the user's files stay."""
     mine = tmp_path / "applogs"
-    mine.mkdir()
+    (mine / ".hydra").mkdir(parents=True)
+    (mine / ".hydra" / "notes.txt").write_text("mine\n")
     (mine / "server.log").write_text("the user's log\n")
     out = fedbench("run", *SMALL, *MNIST_MISSING, f"hydra.run.dir={mine}", cwd=tmp_path)
     assert out.returncode == 2 and len(error_lines(out.stderr)) == 1, out.stderr[-2000:]
-    assert sorted(p.name for p in mine.iterdir()) == ["server.log"]
+    assert sorted(p.relative_to(mine).as_posix() for p in mine.rglob("*")) == [".hydra", ".hydra/notes.txt",
+                                                                               "server.log"]
