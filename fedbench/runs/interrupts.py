@@ -166,17 +166,23 @@ class SweepStop:
         if self.signum is not None:
             self.stop_file.unlink(missing_ok=True)
 
-    def forward(self, signum: int) -> None:
-        for pid in self.workers():
+    def forward(self, signum: int) -> int:
+        """Send `signum` to every worker; returns how many there were."""
+        pids = self.workers()
+        for pid in pids:
             try:
                 os.kill(pid, signum)
             except OSError:  # ended meanwhile
                 pass
+        return len(pids)
 
     def _handler(self, signum, frame):
         if self.signum is not None:
             self.forward(signum)
             raise Interrupted(self.signum)
+        if not self.workers():  # none (yet), or the jobs run in this process (n_jobs=1): as without a sweep
+            RECEIVED.append(signum)
+            raise Interrupted(signum)
         self.signum = signum
         self.stop_file.touch()
         self.forward(signum)

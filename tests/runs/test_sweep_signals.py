@@ -103,3 +103,7 @@ def test_the_sweep_parent_forwards_the_first_signal_and_stops_at_the_second(tmp_
         assert sent[2:] == [(11, signal.SIGINT), (12, signal.SIGINT)]
     assert interrupts.STOP_ENV not in os.environ and not (tmp_path / ".fedbench-stop").exists()
     assert interrupts.sweep_stop_file() is None
+    with interrupts.SweepStop(tmp_path, workers=lambda: []) as stop:  # jobs in this process: interrupted here
+        with pytest.raises(interrupts.Interrupted):
+            stop._handler(signal.SIGTERM, None)
+        assert stop.signum is None and not (tmp_path / ".fedbench-stop").exists()
