@@ -220,7 +220,7 @@ def sweep_stopped(exc: BaseException | None) -> int:
     """A joblib sweep stopped by a signal (runs.callbacks.STOPPING): where each job stopped, from the markers its
     worker left; the exit code 128 + the signal."""
     from fedbench.runs import callbacks
-    from fedbench.runs.interrupts import exit_code, left_behind
+    from fedbench.runs.interrupts import left_behind
 
     stop = callbacks.STOPPING
     signum = stop.signum
