@@ -246,6 +246,19 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("run dataset=shakespeare dataset.source=leaf data.root={tmp}/leaf_deep", "t.json is not a LEAF JSON file: RecursionError"),
     ("run dataset=esr data.root={tmp}/esr_float_labels", "is not the Epileptic Seizure Recognition CSV (columns X1..X178 "
      "and y): the labels y must be whole numbers, got 2.5"),
+    # issue 42 (the run folder's own files): opened as what they must be, refused before Hydra writes
+    ("run hydra.run.dir={tmp}/lock_symlink", "<tmp>/lock_symlink/.fedbench.lock is a symlink (to <tmp>/outside.txt)"),
+    ("run hydra.run.dir={tmp}/lock_fifo", "<tmp>/lock_fifo/.fedbench.lock is a FIFO"),
+    ("run hydra.run.dir={tmp}/lock_folder", "<tmp>/lock_folder/.fedbench.lock is a folder"),
+    ("run hydra.run.dir={tmp}/log_symlink", "<tmp>/log_symlink/hydra_app.log is a symlink (to <tmp>/outside.txt)"),
+    ("run hydra.run.dir={tmp}/log_hardlink", "<tmp>/log_hardlink/hydra_app.log is a file with 2 hard links"),
+    ("run hydra.run.dir={tmp}/record_symlink", "<tmp>/record_symlink/.hydra/hydra.yaml is a symlink"),
+    ("run hydra.run.dir={tmp}/dangling", "<tmp>/dangling is a symlink to <tmp>/nowhere, which does not exist"),
+    ("run hydra.run.dir=outputs/..", "hydra.run.dir='outputs/..' is the current folder"),
+    ("resume {tmp}/record_changed", "<tmp>/record_changed/.hydra/overrides.yaml (or fedbench.yaml) is not what the run "
+     "recorded with its checkpoint"),
+    ("resume {tmp}/disk_table_truncated", "<tmp>/disk_table_truncated/client_state is not the client state of this "
+     "run's checkpoint (c.bin holds"),
 ]
 
 
@@ -283,6 +296,7 @@ def make_fixtures(tmp: Path) -> None:
     (tmp / "interrupted_run" / "checkpoint.pt").write_bytes(b"")
     make_issue32_fixtures(tmp)
     make_issue42_fixtures(tmp)
+    make_issue42_folder_fixtures(tmp)
 
 
 def make_issue42_fixtures(tmp: Path) -> None:
@@ -310,6 +324,56 @@ def make_issue42_fixtures(tmp: Path) -> None:
     leaf_root(tmp / "leaf_list_at_the_top", [1, 2])
     leaf_root(tmp / "leaf_deep", "[" * 100_000 + "]" * 100_000)
     write_esr(tmp / "esr_float_labels" / "esr", y="2.5")
+
+
+def make_issue42_folder_fixtures(tmp: Path) -> None:
+    """Run folders whose own files are links, a FIFO, a folder, a hard link; a dangling link as the run folder;
+    a run's record changed after its checkpoint; a disk client table cut short."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from fedbench.engine.checkpoint import save_checkpoint
+    from fedbench.engine.loop import initial_state, run_round
+    from fedbench.runs.build import build_federation
+    from fedbench.runs.recorded import digest
+    from fedbench.runs.single import config_hash
+    from tests.conftest import make_cfg
+
+    outside = tmp / "outside.txt"
+    outside.write_text("the user's file\n")
+    for name in ("lock_symlink", "lock_fifo", "lock_folder", "log_symlink", "log_hardlink", "record_symlink"):
+        (tmp / name).mkdir()
+    (tmp / "lock_symlink" / ".fedbench.lock").symlink_to(outside)
+    os.mkfifo(tmp / "lock_fifo" / ".fedbench.lock")
+    (tmp / "lock_folder" / ".fedbench.lock").mkdir()
+    (tmp / "log_symlink" / "hydra_app.log").symlink_to(outside)
+    os.link(outside, tmp / "log_hardlink" / "hydra_app.log")
+    (tmp / "record_symlink" / ".hydra").mkdir()
+    (tmp / "record_symlink" / ".hydra" / "hydra.yaml").symlink_to(outside)
+    (tmp / "dangling").symlink_to(tmp / "nowhere")
+
+    cfg = make_cfg(*RESUMED)
+    fed, _ = build_federation(cfg)
+    changed = tmp / "record_changed"
+    (changed / ".hydra").mkdir(parents=True)
+    save_checkpoint(changed / "checkpoint.pt", initial_state(fed), None, config_hash(cfg), digest(RESUMED, None, []))
+    OmegaConf.save(OmegaConf.create([*RESUMED, "+hydra.callbacks.x._target_=builtins.print"]),
+                   changed / ".hydra" / "overrides.yaml")
+
+    disk = [*RESUMED, "algorithm=scaffold", "engine.client_state_device=disk"]
+    cfg = make_cfg(*disk)
+    fed, _ = build_federation(cfg)
+    truncated = tmp / "disk_table_truncated"
+    (truncated / ".hydra").mkdir(parents=True)
+    state = initial_state(fed, truncated)
+    run_round(fed, state)
+    state.round += 1
+    save_checkpoint(truncated / "checkpoint.pt", state, None, config_hash(cfg))
+    OmegaConf.save(OmegaConf.create(disk), truncated / ".hydra" / "overrides.yaml")
+    del state
+    with open(truncated / "client_state" / "c.bin", "r+b") as f:
+        f.truncate(f.seek(0, 2) // 2)
+    assert torch.load(truncated / "checkpoint.pt", weights_only=True)["round"] == 1
 
 
 # issue 32 (signals and one-line errors)

@@ -56,4 +56,5 @@ def record_as(run_dir: Path, overrides: list[str], rounds: int, edit=None) -> No
     OmegaConf.save(recorded, hydra / "config.yaml")
     payload = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
     payload["config_hash"] = config_hash(recorded)
+    payload.pop("recorded_digest", None)  # an earlier version's checkpoint: no digest of its record
     torch.save(payload, run_dir / CHECKPOINT_NAME)

@@ -67,12 +67,13 @@ def resume(
     run_dir: Annotated[Path, typer.Argument(help="The run directory (holds .hydra/ and checkpoint.pt).")],
 ) -> None:
     """Continue an interrupted run from its checkpoint: same config, same folder, same MLflow run."""
-    from omegaconf import OmegaConf
-
     from fedbench.core.errors import ConfigError
+    from fedbench.core.ownership import check_entries
     from fedbench.runs.hydra_app import hydra_main
+    from fedbench.runs.recorded import PLACEMENT, key_of, read_overrides, verify
     from fedbench.runs.single import CHECKPOINT_NAME
 
+    check_entries(run_dir)  # the record is read through no link, no FIFO, before anything else
     saved = run_dir / ".hydra" / "overrides.yaml"
     if not saved.is_file():
         raise ConfigError(f"{run_dir} is not a fedbench run directory (no .hydra/overrides.yaml)")
@@ -81,47 +82,58 @@ def resume(
                           "start the run again")
     from fedbench.config.compose import quoted_override
 
-    placement = ("resume", "hydra.run.dir")
-    overrides = [o for o in OmegaConf.load(saved) if o.lstrip("+~").split("=", 1)[0] not in placement]
-    flags = recorded_config_dirs(run_dir)
-    overrides = _renamed(run_dir, overrides)
+    recorded = read_overrides(saved)
+    conf, dirs = recorded_config_dirs(run_dir)
+    verify(run_dir, run_dir / CHECKPOINT_NAME, recorded, conf, dirs)  # composes only what the run recorded
+    apply_config_dirs(conf)
+    flags = [arg for d in dirs for arg in ("--config-dir", d)]
+    overrides = _renamed(run_dir, [o for o in recorded if key_of(o) not in PLACEMENT], conf, dirs)
     # the folder as a quoted value: a path with `,` `=` `[` `]` spaces or quotes is one value of Hydra's grammar
     raise typer.Exit(hydra_main([*flags, *overrides, quoted_override("hydra.run.dir", str(run_dir.resolve())),
                                  "resume=true"]))
 
 
-def recorded_config_dirs(run_dir: Path) -> list[str]:
+def recorded_config_dirs(run_dir: Path) -> tuple[str | None, list[str]]:
     """The config folders the run was started with (runs.hydra_app.record_config_dirs, or Hydra's own record of
-    --config-dir for older folders): FEDBENCH_CONF is set again (unless set now), --config-dir passed again."""
-    import os
-
-    from omegaconf import OmegaConf
-
-    from fedbench.config import compose
+    --config-dir for older folders), each checked to exist still."""
     from fedbench.core.errors import ConfigError
     from fedbench.runs.hydra_app import RECORD_NAME
+    from fedbench.runs.recorded import read_yaml
 
     record = run_dir / ".hydra" / RECORD_NAME
     if record.is_file():
-        saved = OmegaConf.to_container(OmegaConf.load(record))
+        saved = read_yaml(record)
     else:  # an older folder: Hydra's hydra.yaml lists the --config-dir among its config sources
         hydra_yaml = run_dir / ".hydra" / "hydra.yaml"
-        sources = OmegaConf.load(hydra_yaml).hydra.runtime.config_sources if hydra_yaml.is_file() else []
-        saved = {"fedbench_conf": None, "config_dirs": [s.path for s in sources
-                                                         if s.provider == "command-line" and s.schema == "file"]}
+        hydra = read_yaml(hydra_yaml) if hydra_yaml.is_file() else {}
+        try:
+            sources = hydra["hydra"]["runtime"]["config_sources"] if hydra else []
+            dirs = [s["path"] for s in sources if s["provider"] == "command-line" and s["schema"] == "file"]
+        except (KeyError, TypeError):
+            raise ConfigError(f"{hydra_yaml} is not Hydra's record of a run") from None
+        saved = {"fedbench_conf": None, "config_dirs": dirs}
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{record} is not the run's record of its config folders")
     conf, dirs = saved.get("fedbench_conf"), list(saved.get("config_dirs") or [])
     for path, origin in [(conf, "FEDBENCH_CONF"), *((d, "--config-dir") for d in dirs)]:
         if path and not Path(path).is_dir():
             raise ConfigError(f"{run_dir} was started with {origin} {path}, which no longer exists; restore that "
                               "folder to resume the run")
+    return conf, dirs
+
+
+def apply_config_dirs(conf: str | None) -> None:
+    """FEDBENCH_CONF is set again (unless set now), for the jobs' own processes too."""
+    import os
+
+    from fedbench.config import compose
+
     if conf and not os.environ.get("FEDBENCH_CONF"):
-        os.environ["FEDBENCH_CONF"] = conf  # for the jobs' own processes too
+        os.environ["FEDBENCH_CONF"] = conf
         compose.CONF_DIR = Path(conf)
-    return [arg for d in dirs for arg in ("--config-dir", d)]
 
 
-
-def _renamed(run_dir: Path, overrides: list[str]) -> list[str]:
+def _renamed(run_dir: Path, overrides: list[str], conf: str | None, dirs: list[str]) -> list[str]:
     """A run folder recorded under renamed config choices (config.renames) continues under the new
     names: its overrides.yaml is rewritten, and its checkpoint re-keyed to the new config's hash when
     it was written by the recorded config (the same run: only names and key paths changed)."""
@@ -130,15 +142,17 @@ def _renamed(run_dir: Path, overrides: list[str]) -> list[str]:
     from fedbench.config.preflight import checked_compose
     from fedbench.config.renames import map_overrides
     from fedbench.engine.checkpoint import rehash_checkpoint
+    from fedbench.runs.recorded import digest, read_overrides
     from fedbench.runs.single import CHECKPOINT_NAME, config_hash
 
     mapped = map_overrides(overrides)
     if mapped == overrides:
         return overrides
     recorded = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
-    rehash_checkpoint(run_dir / CHECKPOINT_NAME, config_hash(recorded), config_hash(checked_compose(mapped)))
     saved = run_dir / ".hydra" / "overrides.yaml"
-    kept = [o for o in OmegaConf.load(saved) if o not in overrides]  # the placement entries
+    kept = [o for o in read_overrides(saved) if o not in overrides]  # the placement entries
+    rehash_checkpoint(run_dir / CHECKPOINT_NAME, config_hash(recorded), config_hash(checked_compose(mapped)),
+                      digest([*kept, *mapped], conf, dirs))
     OmegaConf.save(OmegaConf.create([*kept, *mapped]), saved)
     changed = ", ".join(f"{a} -> {b}" for a, b in zip(overrides, mapped) if a != b)
     typer.echo(f"renamed since this run was recorded: {changed}", err=True)

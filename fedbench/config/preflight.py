@@ -236,10 +236,19 @@ def check_output_dir(cfg, multirun: bool) -> None:
         folder = Path(str(cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir))
     except Exception:  # an interpolation that only resolves inside the job: checked when it starts
         return
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    if folder.resolve() == Path.cwd().resolve():  # resolved: `$PWD`, `./.`, `outputs/..` are the current folder too
+        raise ConfigError(f"{key}={str(folder)!r} is the current folder: the run's checkpoint and .hydra/ would be "
+                          f"written into it; name a folder of its own, e.g. {key}=outputs/my_run")
+    from omegaconf import OmegaConf
+
+    from fedbench.core.ownership import JOB_NAME, check_entries
+
+    job_name = str(OmegaConf.select(cfg, "hydra.job.name", default=JOB_NAME) or JOB_NAME)
+    check_entries(folder, log_names=tuple({JOB_NAME, job_name}))  # links, FIFOs, others' files: before Hydra writes
     existing = folder.absolute()
     while not existing.exists():
         existing = existing.parent
-    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     if not existing.is_dir():
         raise ConfigError(f"cannot create the output folder {folder}: {existing} is a file; set {key}")
     if not os.access(existing, os.W_OK | os.X_OK):

@@ -17,6 +17,7 @@ from fedbench.core.errors import ConfigError
 
 
 TMP_PREFIX = ".ckpt-"
+RECORD_DIGEST = "recorded_digest"  # the digest of the run folder's record of its start (runs.recorded)
 
 
 def _umask() -> int:
@@ -31,7 +32,10 @@ def remove_orphans(folder: Path) -> None:
         orphan.unlink(missing_ok=True)
 
 
-def save_checkpoint(path: Path, state: RunState, run_id: str | None, config_hash: str) -> None:
+def save_checkpoint(path: Path, state: RunState, run_id: str | None, config_hash: str,
+                    recorded: str | None = None) -> None:
+    """`recorded`: the digest of the run folder's record of how the run was started, which a resume
+    composes only when it matches (runs.recorded)."""
     payload = {
         "round": state.round,
         "server": {k: v.cpu() for k, v in state.server.items()},
@@ -44,6 +48,8 @@ def save_checkpoint(path: Path, state: RunState, run_id: str | None, config_hash
         "run_id": run_id or "",
         "config_hash": config_hash,
     }
+    if recorded:
+        payload[RECORD_DIGEST] = recorded
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_orphans(path.parent)
     _write_atomically(path, payload)
@@ -181,12 +187,15 @@ def _shape(value) -> str:
     return str(list(value.shape)) if isinstance(value, torch.Tensor) else type(value).__name__
 
 
-def rehash_checkpoint(path: Path, old_hash: str, new_hash: str) -> bool:
+def rehash_checkpoint(path: Path, old_hash: str, new_hash: str, recorded: str | None = None) -> bool:
     """Re-key a checkpoint written under a config that was since renamed (the same run under new
-    names): its config hash becomes `new_hash` if it was `old_hash`. Returns whether it changed."""
+    names): its config hash becomes `new_hash` if it was `old_hash`, and the digest of its record
+    `recorded` (the record rewritten under the new names). Returns whether it changed."""
     payload = read_payload(path)
     if payload.get("config_hash") != old_hash:
         return False
     payload["config_hash"] = new_hash
+    if recorded and RECORD_DIGEST in payload:
+        payload[RECORD_DIGEST] = recorded
     _write_atomically(path, payload)
     return True

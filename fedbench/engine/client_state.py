@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedbench.core.errors import ConfigError
 from fedbench.core.types import ClientStateSpec
 
 
@@ -77,34 +78,78 @@ class DiskClientStateTable(ClientStateTable):
     it whole if the process died between the two writes). Changed rows beyond SPILL_BYTES go to the
     file between checkpoints; the side file then marks the table as ahead of its checkpoint and a
     resume from that checkpoint is refused rather than continued from a mixed state.
+
+    The table belongs to one run and one checkpoint: its side file holds a token made when the run
+    created the table and the round its file was last written at, and each checkpoint records them
+    (with the shape and the files' sizes). A resume takes the files only when they are exactly that:
+    the same token, at the checkpoint's round or at the round written before it (the process died
+    between the checkpoint and the table's write: the checkpoint's rows make it whole), both files
+    whole; an older copy put back, a truncated file, a damaged or missing side file are refused in
+    one line before training.
     """
 
     def __init__(self, spec: ClientStateSpec, num_clients: int, dtype: torch.dtype, folder: Path, name: str):
+        from fedbench.core.ownership import record_made
+
         super().__init__(spec, torch.device("cpu"), dtype)
         self.num_clients = num_clients
+        existed = folder.is_dir()
         folder.mkdir(parents=True, exist_ok=True)
+        if not existed:
+            record_made(folder)  # a refused run removes it (core.ownership)
         self.path = folder / f"{name}.bin"
         self.meta = folder / f"{name}.json"
+        self.touched_path = self.path.with_suffix(".touched")
         self.np_dtype = torch.empty((), dtype=dtype).numpy().dtype
         self.loaded = False  # a resume's checkpoint read: the files on disk are this run's
         self.file: np.memmap | None = None
+        self.token: str | None = None  # this run's table (made with its files, or read back on resume)
+        self.written_round: int | None = None  # the round the table file holds (-1: ahead of its checkpoint)
+        self.expected: dict | None = None  # the identity the resumed checkpoint recorded
         self.rows_read = self.rows_written = 0  # rows moved between memory and the file (tests count them)
+
+    @property
+    def file_shape(self) -> list[int]:
+        return [self.num_clients, *self.spec.shape]
+
+    def _sizes(self) -> dict[str, int]:
+        """The byte sizes of the table's files: the table [N, *shape], and one byte per client."""
+        return {"bin": int(np.prod(self.file_shape)) * self.np_dtype.itemsize, "touched": self.num_clients}
+
+    def _map(self, path: Path, dtype, shape: tuple, fresh: bool) -> np.memmap:
+        """A file of the table mapped, opened as the run's own (no link, no FIFO: core.ownership)."""
+        from fedbench.core.ownership import open_owned, record_made
+
+        fd = open_owned(path, os.O_RDWR | (os.O_CREAT | os.O_TRUNC if fresh else 0))
+        if fresh:
+            record_made(path)
+        with os.fdopen(fd, "r+b") as f:  # the mapping outlives the descriptor
+            return np.memmap(f, dtype=dtype, mode="w+" if fresh else "r+", shape=shape)
 
     def _open(self, fresh: bool) -> None:
         """The table file: new and empty for a fresh run (a leftover of another run is replaced), or the
         one this run wrote (resume)."""
         if self.file is not None:
             return
-        mode = "w+" if fresh else "r+"
-        self.file = np.memmap(self.path, dtype=self.np_dtype, mode=mode, shape=(self.num_clients, *self.spec.shape))
-        self.touched = np.memmap(self.path.with_suffix(".touched"), dtype=np.uint8, mode=mode, shape=(self.num_clients,))
+        if fresh:
+            import secrets
+
+            self.token = secrets.token_hex(16)
+        self.file = self._map(self.path, self.np_dtype, tuple(self.file_shape), fresh)
+        self.touched = self._map(self.touched_path, np.uint8, (self.num_clients,), fresh)
         if fresh:
             self._write_meta(0, ahead=False)
 
     def _write_meta(self, round_: int, ahead: bool) -> None:
         tmp = self.meta.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"round": round_, "ahead": ahead, "shape": [self.num_clients, *self.spec.shape]}))
+        tmp.write_text(json.dumps({"round": round_, "ahead": ahead, "shape": self.file_shape, "token": self.token}))
         os.replace(tmp, self.meta)
+        self.written_round = round_
+
+    def identity(self) -> dict:
+        """What a checkpoint records of the table it goes with."""
+        return {"token": self.token, "written_round": self.written_round, "shape": self.file_shape,
+                "sizes": self._sizes()}
 
     def gather(self, ids: list[int], compute_device: torch.device) -> Tensor:
         self._open(fresh=not self.loaded)
@@ -142,9 +187,9 @@ class DiskClientStateTable(ClientStateTable):
         self.rows = {}
 
     def state_dict(self) -> dict:
-        """The rows changed since the last checkpoint only (the file holds the rest)."""
+        """The rows changed since the last checkpoint only (the file holds the rest), and the table's identity."""
         self._open(fresh=not self.loaded)
-        return {**super().state_dict(), "disk": str(self.path)}
+        return {**super().state_dict(), "disk": str(self.path), "identity": self.identity()}
 
     def after_checkpoint(self, round_: int) -> None:
         self._open(fresh=not self.loaded)
@@ -152,28 +197,67 @@ class DiskClientStateTable(ClientStateTable):
         self._write_meta(round_, ahead=False)
 
     def load_state_dict(self, state: dict) -> None:
-        from fedbench.core.errors import FedbenchError
-
         if "disk" not in state:
-            raise FedbenchError(f"the checkpoint holds client state in memory; {self.path} was asked for "
-                                "(engine.client_state_device=disk): resume with the setting the run began with")
-        if not (self.path.is_file() and self.meta.is_file()):
-            raise FedbenchError(f"the checkpoint's client state table {self.path} is missing; the run cannot resume")
-        meta = json.loads(self.meta.read_text())
+            raise ConfigError(f"the checkpoint holds client state in memory; {self.path} was asked for "
+                              "(engine.client_state_device=disk): resume with the setting the run began with")
+        meta = self._read_meta()
+        self._check_files()
         if meta["ahead"]:
-            raise FedbenchError(f"{self.path} holds client rows written after the last checkpoint (more than "
-                                f"{SPILL_BYTES >> 20} MiB changed between checkpoints); the run cannot resume bit for "
-                                "bit: lower tracking.checkpoint_every, and start it again")
+            raise ConfigError(f"{self.path} holds client rows written after the last checkpoint (more than "
+                              f"{SPILL_BYTES >> 20} MiB changed between checkpoints); the run cannot resume bit for "
+                              "bit: lower tracking.checkpoint_every, and start it again")
+        self.expected = state.get("identity")  # None: a checkpoint of an earlier version (checked by round only)
+        self.token = meta.get("token")
         self.rows = {int(i): v.to(self.dtype) for i, v in zip(state["ids"], state["values"])}
         self.loaded = True
         self._open(fresh=False)
 
     def after_load(self, round_: int) -> None:
-        """The checkpoint's changed rows into the file again (idempotent), as after that checkpoint."""
-        meta = json.loads(self.meta.read_text())
+        """Check the files against the checkpoint of `round_`, then write its changed rows into the file
+        again (idempotent), as after that checkpoint."""
+        meta = self._read_meta()
         if meta["round"] > round_:
-            from fedbench.core.errors import FedbenchError
-
-            raise FedbenchError(f"{self.path} holds the client state of round {meta['round']}, later than the "
-                                f"checkpoint's round {round_}: the checkpoint is older than its table")
+            raise self._refuse(f"its file holds round {meta['round']}, later than the checkpoint's round {round_}")
+        if self.expected is not None:
+            if meta.get("token") != self.expected.get("token"):
+                raise self._refuse(f"{self.meta.name} is another run's table")
+            if meta["round"] not in (round_, self.expected.get("written_round")):
+                raise self._refuse(f"its file holds round {meta['round']}; the checkpoint of round {round_} goes with "
+                                   f"the table of round {self.expected.get('written_round')} or {round_}")
+            if self.expected.get("sizes") != self._sizes() or self.expected.get("shape") != self.file_shape:
+                raise self._refuse("the checkpoint recorded another shape")
         self.after_checkpoint(round_)
+
+    def _refuse(self, what: str) -> ConfigError:
+        return ConfigError(f"{self.path.parent} is not the client state of this run's checkpoint ({what}); the run "
+                           "cannot resume from it: put the run's own client_state/ back, or start the run again")
+
+    def _read_meta(self) -> dict:
+        from fedbench.core.ownership import open_owned
+
+        try:
+            fd = open_owned(self.meta, os.O_RDONLY)
+        except FileNotFoundError:
+            raise self._refuse(f"{self.meta.name} is missing") from None
+        with os.fdopen(fd, "rb") as f:
+            text = f.read(1 << 16)
+        try:
+            meta = json.loads(text)
+        except ValueError as exc:
+            raise self._refuse(f"{self.meta.name} is not JSON: {exc}") from None
+        kinds = {"round": int, "ahead": bool, "shape": list}
+        if not isinstance(meta, dict) or any(not isinstance(meta.get(k), t) for k, t in kinds.items()):
+            raise self._refuse(f"{self.meta.name} lacks its round, ahead and shape")
+        if meta["shape"] != self.file_shape:
+            raise self._refuse(f"its rows are {meta['shape']}, this run's {self.file_shape}")
+        return meta
+
+    def _check_files(self) -> None:
+        """Both files there and whole: numpy would extend a short file with zeros, and the run train from them."""
+        for path, size in ((self.path, self._sizes()["bin"]), (self.touched_path, self._sizes()["touched"])):
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                raise self._refuse(f"{path.name} is missing") from None
+            if st.st_size != size:
+                raise self._refuse(f"{path.name} holds {st.st_size:,} bytes, the table's are {size:,}")

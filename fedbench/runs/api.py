@@ -172,9 +172,8 @@ def run_composed(cfg, job: list[str], run_dir: Path, progress: bool = False, lab
 
     job = withhold(list(job))  # what .hydra/ and the tag record: never a store's password
     with owned([(run_dir, job, sweep or bool(cfg.get("resume")))]):
-        if config_dirs:
-            record_config_dirs(run_dir, config_dirs)
-        summary = run_job(cfg, run_dir, quiet=not progress, tags={"overrides": " ".join(job)[:5000]}, sweep=sweep,
+        conf, dirs = record_config_dirs(run_dir, config_dirs) if config_dirs else (None, [])
+        summary = run_job(cfg, run_dir, quiet=not progress, tags=record_tags(job, conf, dirs), sweep=sweep,
                           label=label)
     history = summary.pop("history", None)
     if history is None:  # a finished configuration skipped in a sweep: read its record back
@@ -182,16 +181,27 @@ def run_composed(cfg, job: list[str], run_dir: Path, progress: bool = False, lab
     return RunResult(list(job), history_frame(history), summary, summary["run_id"], run_dir)
 
 
-def record_config_dirs(run_dir: Path, dirs: tuple[Path, ...]) -> None:
+def record_config_dirs(run_dir: Path, dirs: tuple[Path, ...]) -> tuple[str | None, list[str]]:
     """The --config-dir folders of a run started from Python, where `fedbench resume` finds them
-    (runs.hydra_app.record_config_dirs writes the same record for a run of the command line)."""
+    (runs.hydra_app.record_config_dirs writes the same record for a run of the command line); returns
+    them as recorded."""
     from omegaconf import OmegaConf
 
     from fedbench.runs.hydra_app import RECORD_NAME
 
     conf = os.environ.get("FEDBENCH_CONF")
-    OmegaConf.save(OmegaConf.create({"fedbench_conf": str(Path(conf).absolute()) if conf else None,
-                                     "config_dirs": [str(d) for d in dirs]}), run_dir / ".hydra" / RECORD_NAME)
+    conf = str(Path(conf).absolute()) if conf else None
+    recorded = [str(d) for d in dirs]
+    OmegaConf.save(OmegaConf.create({"fedbench_conf": conf, "config_dirs": recorded}), run_dir / ".hydra" / RECORD_NAME)
+    return conf, recorded
+
+
+def record_tags(overrides: list[str], fedbench_conf: str | None, config_dirs: list[str]) -> dict[str, str]:
+    """The run's tags: its overrides, and the digest of its record that its checkpoints keep (runs.recorded)."""
+    from fedbench.engine.checkpoint import RECORD_DIGEST
+    from fedbench.runs.recorded import digest
+
+    return {"overrides": " ".join(overrides)[:5000], RECORD_DIGEST: digest(list(overrides), fedbench_conf, config_dirs)}
 
 
 def history_frame(history: list[dict[str, float]]) -> pd.DataFrame:
@@ -211,7 +221,7 @@ def run_batched(jobs: list[tuple[Any, list[str], Path, str]], progress: bool = F
     from fedbench.core.secrets import withhold
 
     jobs = [(cfg, withhold(list(overrides)), run_dir, label) for cfg, overrides, run_dir, label in jobs]  # no password
-    specs = [GroupJob(cfg, run_dir, {"overrides": " ".join(overrides)[:5000]}, label)
+    specs = [GroupJob(cfg, run_dir, record_tags(overrides), label)
              for cfg, overrides, run_dir, label in jobs]
     out: list[RunResult | Exception] = [None] * len(jobs)  # type: ignore[list-item]
     for members in split_groups(specs, 0):

@@ -19,6 +19,7 @@ from fedbench.tracking.sweeps import sweep_filter
 FAILED_MARKER = "FAILED"
 FAILURES: list[str] = []  # filled at the end of a multirun, read by cli.hydra_main
 CLAIMED: list[Path] = []  # the run or sweep folder this process owns until cli.hydra_main returns
+STOPPING = None  # the joblib sweep's signal forwarding (runs.interrupts.SweepStop) until cli.hydra_main returns
 
 
 def own_folder(config: DictConfig, key: str, what: str, resume: bool = False) -> None:
@@ -45,6 +46,10 @@ def own_folder(config: DictConfig, key: str, what: str, resume: bool = False) ->
 def release_folders() -> None:
     from fedbench.core.ownership import release
 
+    global STOPPING
+    if STOPPING is not None:
+        STOPPING.__exit__(None, None, None)
+        STOPPING = None
     while CLAIMED:
         release(CLAIMED.pop())
 
@@ -54,6 +59,19 @@ class SweepCallback(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         own_folder(config, "hydra.run.dir", "run directory", resume=bool(config.get("resume")))
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Hydra has just written the job's .hydra/ record and opened its log: what of it this process
+        created is noted, so that a refused run removes exactly that (core.ownership.record_made)."""
+        from fedbench.core.ownership import HYDRA_FILES, record_made
+
+        out = Path(str(config.hydra.runtime.output_dir))
+        if config.hydra.output_subdir is not None:
+            record = out / str(config.hydra.output_subdir)
+            record_made(record)
+            for name in HYDRA_FILES:
+                record_made(record / name)
+        record_made(out / f"{config.hydra.job.name}.log")
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # One process creates the SQLite schema and the experiment, so that parallel jobs
@@ -66,6 +84,11 @@ class SweepCallback(Callback):
         probe_server(uri)
         open_store(uri, config.tracking.experiment)
         own_folder(config, "hydra.sweep.dir", "sweep directory", resume=True)  # a relaunch continues its jobs
+        if "joblib" in str(OmegaConf.select(config, "hydra.launcher._target_", default="")).lower():
+            from fedbench.runs.interrupts import SweepStop
+
+            global STOPPING  # the jobs run in worker processes: a signal is forwarded to them
+            STOPPING = SweepStop(Path(str(config.hydra.sweep.dir))).__enter__()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from fedbench.runs.single import mlflow_hint

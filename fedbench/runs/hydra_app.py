@@ -54,7 +54,9 @@ def current_job(cfg) -> HydraJob:
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
+    from fedbench.engine.checkpoint import RECORD_DIGEST
     from fedbench.runs.callbacks import FAILED_MARKER
+    from fedbench.runs.recorded import digest
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
@@ -66,50 +68,119 @@ def current_job(cfg) -> HydraJob:
     if multirun:
         job.tags.update(sweep_dir=str(Path(hc.sweep.dir).resolve()), sweep_job=str(hc.job.num))
     (job.out / FAILED_MARKER).unlink(missing_ok=True)
-    record_config_dirs(job.out, hc)
+    (job.out / INTERRUPTED_MARKER).unlink(missing_ok=True)
+    conf, dirs = record_config_dirs(job.out, hc)
+    overrides = OmegaConf.to_container(hc.overrides.task, resolve=False)
+    job.tags[RECORD_DIGEST] = digest(overrides, conf, dirs)  # into each checkpoint: what resume may compose
     return job
 
 
 RECORD_NAME = "fedbench.yaml"  # in the run folder's .hydra/, beside Hydra's own files
 
 
-def record_config_dirs(out: Path, hc) -> None:
-    """The config folders this run composes from (FEDBENCH_CONF, --config-dir), for `fedbench resume`."""
+def record_config_dirs(out: Path, hc) -> tuple[str | None, list[str]]:
+    """The config folders this run composes from (FEDBENCH_CONF, --config-dir), for `fedbench resume`;
+    returns them as recorded."""
     from omegaconf import OmegaConf
 
     conf = os.environ.get("FEDBENCH_CONF")
+    conf = str(Path(conf).absolute()) if conf else None
     dirs = [s.path for s in hc.runtime.config_sources if s.provider == "command-line" and s.schema == "file"]
     if hc.output_subdir is not None:
-        OmegaConf.save(OmegaConf.create({"fedbench_conf": str(Path(conf).absolute()) if conf else None,
-                                         "config_dirs": dirs}), out / str(hc.output_subdir) / RECORD_NAME)
+        from fedbench.core.ownership import record_made
+
+        path = out / str(hc.output_subdir) / RECORD_NAME
+        existed = path.exists()
+        OmegaConf.save(OmegaConf.create({"fedbench_conf": conf, "config_dirs": dirs}), path)
+        if not existed:
+            record_made(path)
+    return conf, dirs
 
 
 def _hydra_task(cfg) -> float:
     """One Hydra job; returns the sweep objective (tracking.objective; NaN for a failed job)."""
     from fedbench.core.secrets import install
+    from fedbench.runs.interrupts import arm_worker, sweep_stop_file
+
+    install()  # a launcher's worker process prints and logs too
+    stop = sweep_stop_file()  # in a joblib worker: the parent's stop, if it was asked
+    if stop is not None:
+        arm_worker(True)
+    try:
+        job = current_job(cfg)
+        if stop is not None and stop.exists():  # queued when the sweep was stopped
+            return stopped(job, "not started")
+        return _run(cfg, job, worker=stop is not None)
+    finally:
+        if stop is not None:
+            arm_worker(False)
+
+
+def _run(cfg, job: HydraJob, worker: bool) -> float:
     from fedbench.runs.interrupts import received
     from fedbench.runs.single import objective_value, run_job
 
-    install()  # a launcher's worker process prints and logs too
-    job = current_job(cfg)
     try:
         summary = run_job(cfg, job.out, tags=job.tags, sweep=job.multirun, label=job.label, log_file=job.log_file)
     except KeyboardInterrupt as exc:
-        interrupted(job, exc)
+        return interrupted(job, exc, worker)
     except Exception as exc:
         if (interrupt := received()) is not None:  # an error the signal caused
-            interrupted(job, interrupt)
+            return interrupted(job, interrupt, worker)
         return job_failed(job, exc)
     return objective_value(summary, cfg)
 
 
-def interrupted(job: HydraJob, exc: BaseException):
-    """Ctrl-C or SIGTERM: say what was saved (a checkpoint, or nothing yet) and exit 128 + the signal."""
+INTERRUPTED_MARKER = "INTERRUPTED"  # a sweep job's folder: where its run stopped, for the parent's report
+
+
+def interrupted(job: HydraJob, exc: BaseException, worker: bool = False) -> float:
+    """Ctrl-C or SIGTERM: say what was saved (a checkpoint, or nothing yet) and exit 128 + the signal; a job
+    in a sweep's worker process leaves its marker for the parent's report instead, and returns NaN."""
     from fedbench.runs.interrupts import describe, exit_code, signal_of
     from fedbench.runs.single import next_step
 
+    if worker:
+        return stopped(job, stopped_where(job.out))
     print(f"error: interrupted ({describe(signal_of(exc))}); {next_step(job.out)}", file=sys.stderr, flush=True)
     raise SystemExit(exit_code(exc)) from None
+
+
+def stopped(job: HydraJob, where: str) -> float:
+    from fedbench.core.ownership import record_made
+
+    marker = job.out / INTERRUPTED_MARKER
+    marker.write_text(f"job {job.num} ({job.typed}): {where}\n")
+    record_made(marker)
+    return float("nan")
+
+
+def stopped_where(run_dir: Path) -> str:
+    """Where an interrupted job's run stopped: the round of its checkpoint, and how to continue it."""
+    from fedbench.core.ownership import CHECKPOINT_NAME, shell_path
+    from fedbench.engine.checkpoint import read_payload
+
+    try:
+        round_ = read_payload(run_dir / CHECKPOINT_NAME)["round"]
+    except (FedbenchError, KeyError):  # none (yet), or not readable
+        return "stopped before its first checkpoint; nothing was checkpointed"
+    return f"stopped at round {round_}; continue with: fedbench resume {shell_path(run_dir)}"
+
+
+def interrupted_jobs(jobs: list[HydraJob], exc: BaseException):
+    """A sweep stopped by a signal: one line, then where each of its jobs stopped; exit 128 + the signal."""
+    from fedbench.runs.interrupts import exit_code, signal_of
+
+    report_stopped([f"job {job.num} ({job.typed}): {stopped_where(job.out)}" for job in jobs], signal_of(exc))
+    raise SystemExit(exit_code(exc)) from None
+
+
+def report_stopped(lines: list[str], signum: int) -> None:
+    from fedbench.runs.interrupts import describe
+
+    print(f"error: interrupted ({describe(signum)}); where each job of the sweep stopped (fedbench resume continues "
+          "one; the same command again continues them all, skipping finished ones):\n  " + "\n  ".join(lines),
+          file=sys.stderr, flush=True)
 
 
 def job_failed(job: HydraJob, exc: Exception) -> float:
@@ -143,6 +214,23 @@ def _discard_untrained(run_dir: Path) -> None:
     from fedbench.core.ownership import discard_made
 
     discard_made(run_dir)
+
+
+def sweep_stopped(exc: BaseException | None) -> int:
+    """A joblib sweep stopped by a signal (runs.callbacks.STOPPING): where each job stopped, from the markers its
+    worker left; the exit code 128 + the signal."""
+    from fedbench.runs import callbacks
+    from fedbench.runs.interrupts import left_behind
+
+    stop = callbacks.STOPPING
+    signum = stop.signum
+    folder = stop.stop_file.parent
+    lines = [p.read_text().strip() for p in sorted(folder.glob(f"*/{INTERRUPTED_MARKER}"),
+                                                   key=lambda p: (len(p.parent.name), p.parent.name))]
+    if exc is not None:
+        lines.append("(stopped again: the jobs still running stopped at once, each at its last periodic checkpoint)")
+    report_stopped(lines or [left_behind()], signum)
+    return 128 + signum
 
 
 def hydra_main(argv: list[str]) -> int:
@@ -180,8 +268,14 @@ def hydra_main(argv: list[str]) -> int:
         sweep.FAILURES.clear()
         try:
             decorated()
+        except KeyboardInterrupt as exc:
+            if sweep.STOPPING is None or sweep.STOPPING.signum is None:
+                raise
+            return sweep_stopped(exc)  # a second signal: the workers stopped at once
         finally:
             sys.argv = saved
+        if sweep.STOPPING is not None and sweep.STOPPING.signum is not None:
+            return sweep_stopped(None)
     finally:
         writer.discard()  # one no run took
         sweep.release_folders()

@@ -6,9 +6,11 @@ number (130, 143), as a shell reports a process killed by it."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 STARTED: list[str] = []  # the run folders whose record this process started: what an interrupt leaves behind
@@ -122,3 +124,86 @@ def left_behind() -> str:
         return "before a run started; nothing was checkpointed"
     return (f"after {len(STARTED)} run(s) started; each continues from its last checkpoint with "
             f"fedbench resume <its folder> (the last: {STARTED[-1]})")
+
+
+# A sweep whose jobs run in worker processes (hydra/launcher=joblib): the signal reaches the parent (and,
+# from a terminal's Ctrl-C, the workers too); the parent forwards it to each worker, which checkpoints its
+# run after the current round and leaves a marker saying where it stopped (runs.hydra_app).
+STOP_ENV = "FEDBENCH_SWEEP_STOP"  # "<parent pid>:<stop file>", inherited by the sweep's worker processes
+STOP_NAME = ".fedbench-stop"  # in the sweep folder, once a stop was asked: queued jobs do not start
+
+
+def joblib_workers() -> list[int]:
+    """The pids of joblib's (loky's) worker processes of this process, if any."""
+    module = sys.modules.get("joblib.externals.loky.reusable_executor")
+    executor = getattr(module, "_executor", None)
+    return [int(pid) for pid in (getattr(executor, "_processes", None) or {})]
+
+
+class SweepStop:
+    """In the parent of a joblib sweep: the first SIGINT or SIGTERM leaves the stop file, is forwarded to
+    every worker, and the parent waits for the jobs to checkpoint and report; a second one is forwarded
+    too (the workers stop at once, their last periodic checkpoint kept) and ends the parent."""
+
+    def __init__(self, sweep_dir: Path, workers=joblib_workers):
+        self.stop_file = Path(sweep_dir).absolute() / STOP_NAME
+        self.workers = workers
+        self.signum: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> SweepStop:
+        self.stop_file.unlink(missing_ok=True)  # a relaunched sweep's jobs start
+        os.environ[STOP_ENV] = f"{os.getpid()}:{self.stop_file}"
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handler) for s in SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
+        os.environ.pop(STOP_ENV, None)
+        if self.signum is not None:
+            self.stop_file.unlink(missing_ok=True)
+
+    def forward(self, signum: int) -> int:
+        """Send `signum` to every worker; returns how many there were."""
+        pids = self.workers()
+        for pid in pids:
+            try:
+                os.kill(pid, signum)
+            except OSError:  # ended meanwhile
+                pass
+        return len(pids)
+
+    def _handler(self, signum, frame):
+        if self.signum is not None:
+            self.forward(signum)
+            raise Interrupted(self.signum)
+        if not self.workers():  # none (yet), or the jobs run in this process (n_jobs=1): as without a sweep
+            RECEIVED.append(signum)
+            raise Interrupted(signum)
+        self.signum = signum
+        self.stop_file.touch()
+        self.forward(signum)
+        print(f"\nfedbench: {describe(signum)}: each running job saves a checkpoint after its current round and no "
+              "other starts; waiting for them (signal again to stop now)", file=sys.stderr, flush=True)
+
+
+def sweep_stop_file() -> Path | None:
+    """In a worker process of a joblib sweep: the sweep's stop file (None in any other process)."""
+    value = os.environ.get(STOP_ENV, "")
+    pid, _, path = value.partition(":")
+    if not path or not pid.isdigit() or int(pid) == os.getpid():
+        return None
+    return Path(path)
+
+
+def arm_worker(armed: bool) -> None:
+    """A worker takes a signal as an interrupt while it runs a job (armed) and ignores it between jobs,
+    where it would end the worker process and, with it, the pool the other jobs run in."""
+    if armed:
+        RECEIVED.clear()  # an earlier job's signal is not this one's
+    if threading.current_thread() is threading.main_thread():
+        for signum in SIGNALS:
+            signal.signal(signum, _raise if armed else signal.SIG_IGN)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fedbench.runs.batched import GroupJob, describe_groups, run_group, split_groups
-from fedbench.runs.hydra_app import HydraJob, current_job, interrupted, job_failed
+from fedbench.runs.hydra_app import HydraJob, current_job, interrupted_jobs, job_failed
 
 log = logging.getLogger("fedbench.batched")
 
@@ -73,7 +73,10 @@ def launch_batched(hydra_context, config, job_overrides: Sequence[Sequence[str]]
     for line in describe_groups(specs, groups):
         print(f"fedbench:   {line}", flush=True)
     grouped = [([jobs[i] for i in members], [specs[i] for i in members]) for members in groups]
-    values = on_ray(ray, grouped) if ray else [train_group(*group) for group in grouped]
+    try:
+        values = on_ray(ray, grouped) if ray else [train_group(*group) for group in grouped]
+    except KeyboardInterrupt as exc:  # every job named: the group's lanes checkpointed, later groups not started
+        interrupted_jobs(jobs, exc)
     for members, group_values in zip(groups, values):
         for i, value in zip(members, group_values):
             returns[i].return_value = value
@@ -87,10 +90,7 @@ def train_group(jobs: list[HydraJob], specs: list[GroupJob]) -> list[float]:
     from fedbench.runs.single import objective_value
 
     start = time.perf_counter()
-    try:
-        results = run_group(specs)
-    except KeyboardInterrupt as exc:
-        interrupted(jobs[0], exc)
+    results = run_group(specs)  # an interrupt: launch_batched names every job
     print(f"fedbench: group of job(s) {', '.join(str(job.num) for job in jobs)}: {time.perf_counter() - start:.1f} s "
           "of wall-clock time (building, training, evaluating and recording its lanes; a lane's training time is "
           "its share of the rounds)", flush=True)

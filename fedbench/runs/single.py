@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from fedbench.config.renames import before_later_switches, before_shared_extras
 from fedbench.config.validate import written_out
 from fedbench.runs.build import build_federation
-from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedbench.engine.checkpoint import RECORD_DIGEST, load_checkpoint, save_checkpoint
 from fedbench.engine.loop import initial_state, run, warm_up
 from fedbench.core.errors import ConfigError, DivergenceError, FedbenchError, write_failure
 from fedbench.runs import interrupts
@@ -244,7 +244,7 @@ class Job:
         stopping = self.stop is not None and self.stop.requested
         if (self.every and st.round % self.every == 0 and st.round < rounds) or stopping:
             self.recorder.flush()
-            save_checkpoint(self.checkpoint, st, self.run_id, self.digest)
+            save_checkpoint(self.checkpoint, st, self.run_id, self.digest, (self.tags or {}).get(RECORD_DIGEST))
             self.saved_round = st.round
         if stopping and st.round < rounds:
             raise self.stop.interrupt()
@@ -256,7 +256,7 @@ class Job:
     def save(self) -> None:
         """The final checkpoint, after the record: the checkpoint never claims rounds the record lacks."""
         self.recorder.flush()
-        save_checkpoint(self.checkpoint, self.state, self.run_id, self.digest)
+        save_checkpoint(self.checkpoint, self.state, self.run_id, self.digest, (self.tags or {}).get(RECORD_DIGEST))
         self.saved_round = self.state.round
 
     def failed(self, exc: BaseException) -> None:

@@ -1,0 +1,84 @@
+"""`fedbench resume` composes only what the run recorded (issue 42, section 1): each checkpoint keeps
+the digest of the run folder's record (runs.recorded), and a changed record is refused in one line
+before Hydra composes it (an appended hydra callback ran code at the resume)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.faultkit import SMALL, error_lines, fedbench
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("record")
+    run_dir = tmp / "run"
+    out = fedbench("run", *SMALL, "rounds=2", "tracking.checkpoint_every=1", f"tracking.uri=sqlite:///{tmp}/m.db",
+                   f"hydra.run.dir={run_dir}", cwd=tmp)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return tmp, run_dir
+
+
+def appended(run_dir, lines: list[str]) -> None:
+    with open(run_dir / ".hydra" / "overrides.yaml", "a") as f:
+        f.write("".join(f"- {line}\n" for line in lines))
+
+
+@pytest.mark.slow
+def test_an_appended_hydra_callback_is_refused_and_runs_nothing(finished, tmp_path):
+    tmp, run_dir = finished
+    saved = (run_dir / ".hydra" / "overrides.yaml").read_text()
+    victim = tmp_path / "victim"
+    victim.write_text("the user's file\n")
+    try:
+        appended(run_dir, ["+hydra.callbacks.x._target_=builtins.open", f"+hydra.callbacks.x.file={victim}",
+                           "+hydra.callbacks.x.mode=w"])
+        out = fedbench("resume", str(run_dir), cwd=tmp)
+        assert out.returncode == 2, out.stderr[-3000:]
+        [line] = error_lines(out.stderr)
+        assert "overrides.yaml (or fedbench.yaml) is not what the run recorded with its checkpoint" in line, line
+        assert victim.read_text() == "the user's file\n"
+        (run_dir / ".hydra" / "overrides.yaml").write_text(saved.replace("rounds=2", "rounds=5"))  # a value changed
+        out = fedbench("resume", str(run_dir), cwd=tmp)
+        assert out.returncode == 2 and len(error_lines(out.stderr)) == 1, out.stderr[-3000:]
+    finally:
+        (run_dir / ".hydra" / "overrides.yaml").write_text(saved)
+    out = fedbench("resume", str(run_dir), cwd=tmp)  # its own record: continued (here: already finished)
+    assert out.returncode == 0 and "already FINISHED" in out.stderr, out.stderr[-3000:]
+
+
+def test_the_digest_covers_overrides_and_config_folders_but_not_the_placement(finished):
+    from fedbench.core.errors import ConfigError
+    from fedbench.runs.recorded import read_overrides, verify
+
+    _, run_dir = finished
+    ckpt = run_dir / "checkpoint.pt"
+    recorded = read_overrides(run_dir / ".hydra" / "overrides.yaml")
+    verify(run_dir, ckpt, recorded, None, [])
+    verify(run_dir, ckpt, [*recorded, f"hydra.run.dir={run_dir}", "resume=true"], None, [])  # what a resume adds
+    for changed in ([*recorded, "+hydra.callbacks.x._target_=builtins.print"], recorded[1:],
+                    [*recorded, "seed=3"]):
+        with pytest.raises(ConfigError, match="is not what the run recorded"):
+            verify(run_dir, ckpt, changed, None, [])
+    with pytest.raises(ConfigError, match="is not what the run recorded"):
+        verify(run_dir, ckpt, recorded, None, ["/elsewhere"])
+    with pytest.raises(ConfigError, match="is not what the run recorded"):
+        verify(run_dir, ckpt, recorded, "/elsewhere", [])
+
+
+def test_a_checkpoint_without_a_digest_takes_no_hydra_settings(finished, tmp_path):
+    """An earlier version's checkpoint (no digest): the config hash still ties the run's values; only
+    Hydra's settings, which act before any check, are refused."""
+    from fedbench.core.errors import ConfigError
+    from fedbench.runs.recorded import read_overrides, verify
+
+    _, run_dir = finished
+    payload = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    del payload["recorded_digest"]
+    old = tmp_path / "checkpoint.pt"
+    torch.save(payload, old)
+    recorded = read_overrides(run_dir / ".hydra" / "overrides.yaml")
+    verify(run_dir, old, recorded, None, [])
+    with pytest.raises(ConfigError, match="sets '\\+hydra.callbacks.x._target_=builtins.print'"):
+        verify(run_dir, old, [*recorded, "+hydra.callbacks.x._target_=builtins.print"], None, [])

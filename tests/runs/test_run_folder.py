@@ -1,0 +1,176 @@
+"""The run folder's own files (issue 42, section 1): what a run writes there is opened as what it must
+be (core.ownership.open_owned, check_entries), a refused run removes only what it created
+(record_made), and the current folder is refused by its resolved path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.faultkit import SMALL, error_lines, fedbench
+
+MNIST_MISSING = ["dataset=mnist", "data.root=/nonexistent/fedbench-data"]
+
+
+def hostile(tmp_path: Path, kind: str) -> tuple[Path, Path]:
+    """A run folder whose `kind` entry is hostile; returns (folder, the entry to be named)."""
+    target = tmp_path / "target"
+    target.write_text("the user's file\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    if kind == "lock_symlink":
+        (run_dir / ".fedbench.lock").symlink_to(target)
+        return run_dir, run_dir / ".fedbench.lock"
+    if kind == "lock_fifo":
+        os.mkfifo(run_dir / ".fedbench.lock")
+        return run_dir, run_dir / ".fedbench.lock"
+    if kind == "lock_folder":
+        (run_dir / ".fedbench.lock").mkdir()
+        return run_dir, run_dir / ".fedbench.lock"
+    if kind == "log_symlink":
+        (run_dir / "hydra_app.log").symlink_to(target)
+        return run_dir, run_dir / "hydra_app.log"
+    if kind == "log_hardlink":
+        os.link(target, run_dir / "hydra_app.log")
+        return run_dir, run_dir / "hydra_app.log"
+    if kind == "hydra_yaml_symlink":
+        (run_dir / ".hydra").mkdir()
+        (run_dir / ".hydra" / "hydra.yaml").symlink_to(target)
+        return run_dir, run_dir / ".hydra" / "hydra.yaml"
+    if kind == "hydra_folder_symlink":
+        (tmp_path / "elsewhere").mkdir()
+        (run_dir / ".hydra").symlink_to(tmp_path / "elsewhere")
+        return run_dir, run_dir / ".hydra"
+    raise AssertionError(kind)
+
+
+KINDS = ["lock_symlink", "lock_fifo", "lock_folder", "log_symlink", "log_hardlink", "hydra_yaml_symlink",
+         "hydra_folder_symlink"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_hostile_entry_of_the_run_folder_is_refused_before_anything_is_written(tmp_path, kind):
+    """A symlink, FIFO, folder or hard link where the run writes its own file: exit 2, one line naming it,
+    the file it points to unchanged, and nothing of the run's written (no .hydra/ record, no log)."""
+    run_dir, entry = hostile(tmp_path, kind)
+    listing = sorted(p.name for p in run_dir.iterdir())
+    out = fedbench("run", *SMALL, "rounds=1", f"tracking.uri=sqlite:///{tmp_path}/m.db", f"hydra.run.dir={run_dir}",
+                   cwd=tmp_path, timeout=120)  # a FIFO opened blocking hangs: the timeout fails the test
+    assert out.returncode == 2, out.stderr[-3000:]
+    [line] = error_lines(out.stderr)
+    assert f"{entry} is a " in line, line
+    assert (tmp_path / "target").read_text() == "the user's file\n"
+    assert sorted(p.name for p in run_dir.iterdir()) == listing
+    if kind == "hydra_folder_symlink":
+        assert not list((tmp_path / "elsewhere").iterdir())
+
+
+@pytest.mark.slow
+def test_resume_into_a_folder_with_a_symlinked_hydra_record_writes_nothing(tmp_path):
+    """`fedbench resume` over a `.hydra/hydra.yaml` that links outside: refused in one line before Hydra
+    rewrites it (Hydra overwrote the target even when the resume was refused afterwards)."""
+    run_dir, entry = hostile(tmp_path, "hydra_yaml_symlink")
+    (run_dir / ".hydra" / "overrides.yaml").write_text("- rounds=1\n")
+    (run_dir / "checkpoint.pt").write_bytes(b"")
+    out = fedbench("resume", str(run_dir), cwd=tmp_path, timeout=120)
+    assert out.returncode == 2, out.stderr[-3000:]
+    [line] = error_lines(out.stderr)
+    assert f"{entry} is a symlink (to {tmp_path / 'target'})" in line, line
+    assert (tmp_path / "target").read_text() == "the user's file\n"
+
+
+def test_a_dangling_symlink_as_the_run_folder_is_named(tmp_path):
+    from fedbench.config.compose import checked_conf_dir
+    from fedbench.config.preflight import preflight
+    from fedbench.core.errors import FedbenchError
+
+    (tmp_path / "link").symlink_to(tmp_path / "nowhere")
+    for folder in (tmp_path / "link", tmp_path / "link" / "deeper"):
+        with pytest.raises(FedbenchError, match=f"{tmp_path}/link is a symlink to {tmp_path}/nowhere, which does not "
+                                                "exist") as info:
+            preflight(checked_conf_dir(), [*SMALL, f"hydra.run.dir={folder}"])
+        assert info.value.exit_code == 2
+
+
+def test_the_lock_is_opened_without_following_links_or_blocking(tmp_path):
+    """core.ownership.claim itself (the API's and a sweep job's way in, without preflight)."""
+    from fedbench.core.ownership import NotOurs, claim, owner_of
+
+    for kind in ("lock_symlink", "lock_fifo", "lock_folder"):
+        (tmp_path / kind).mkdir()
+        run_dir, entry = hostile(tmp_path / kind, kind)
+        with pytest.raises(NotOurs, match=f"{entry} is a "):
+            claim(run_dir)
+        with pytest.raises(NotOurs, match=f"{entry} is a "):
+            owner_of(run_dir)
+        assert (tmp_path / kind / "target").read_text() == "the user's file\n"
+
+
+@pytest.mark.parametrize("spelling", ["{cwd}", "{cwd}/", "./.", "outputs/..", "outputs/../."])
+def test_the_current_folder_is_refused_however_it_is_spelled(tmp_path, monkeypatch, spelling):
+    from fedbench.config.compose import checked_conf_dir
+    from fedbench.config.preflight import preflight
+    from fedbench.core.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "outputs").mkdir()
+    value = spelling.format(cwd=tmp_path)
+    with pytest.raises(ConfigError, match="is the current folder"):
+        preflight(checked_conf_dir(), [*SMALL, f"hydra.run.dir={value}"])
+    with pytest.raises(ConfigError, match="is the current folder"):
+        preflight(checked_conf_dir(), ["--multirun", *SMALL, "seed=0,1", f"hydra.sweep.dir={value}"])
+
+
+def test_a_refused_run_removes_only_what_it_created_not_another_writers_files(tmp_path):
+    """A shared folder: another writer adds files and folders while this process holds its claim (names
+    a run would write among them); the clean-up removes this process's own entries only."""
+    from fedbench.core.ownership import claim, discard_made, record_made
+
+    shared = tmp_path / "shared"
+    (shared / "old").mkdir(parents=True)
+    claim(shared)
+    (shared / ".hydra").mkdir()
+    record_made(shared / ".hydra")
+    (shared / ".hydra" / "config.yaml").write_text("mine\n")
+    record_made(shared / ".hydra" / "config.yaml")
+    (shared / "hydra_app.log").write_text("mine\n")
+    record_made(shared / "hydra_app.log")
+    # the other writer, meanwhile
+    (shared / "theirs.txt").write_text("theirs\n")
+    (shared / "their_folder").mkdir()
+    (shared / "their_folder" / "x").write_text("theirs\n")
+    (shared / ".hydra" / "notes.txt").write_text("theirs\n")
+    (shared / "checkpoint.pt").write_bytes(b"theirs")
+    discard_made(shared)
+    assert sorted(p.relative_to(shared).as_posix() for p in shared.rglob("*")) == [
+        ".hydra", ".hydra/notes.txt", "checkpoint.pt", "old", "their_folder", "their_folder/x", "theirs.txt"]
+
+
+def test_a_file_replaced_by_another_writer_is_not_removed(tmp_path):
+    from fedbench.core.ownership import claim, discard_made, record_made
+
+    shared = tmp_path / "shared"
+    claim(shared)
+    (shared / "hydra_app.log").write_text("mine\n")
+    record_made(shared / "hydra_app.log")
+    (shared / "theirs.tmp").write_text("theirs\n")
+    os.replace(shared / "theirs.tmp", shared / "hydra_app.log")  # another inode in its place
+    discard_made(shared)
+    assert (shared / "hydra_app.log").read_text() == "theirs\n"
+
+
+@pytest.mark.slow
+def test_a_refused_run_removes_its_record_from_a_users_hydra_folder_and_nothing_else(tmp_path):
+    """The end to end case: Hydra's files written into the user's own `.hydra/` and the log go again (the old
+    clean-up kept all of `.hydra/` since the folder was there before); the user's files stay."""
+    mine = tmp_path / "applogs"
+    (mine / ".hydra").mkdir(parents=True)
+    (mine / ".hydra" / "notes.txt").write_text("mine\n")
+    (mine / "server.log").write_text("the user's log\n")
+    out = fedbench("run", *SMALL, *MNIST_MISSING, f"hydra.run.dir={mine}", cwd=tmp_path)
+    assert out.returncode == 2 and len(error_lines(out.stderr)) == 1, out.stderr[-2000:]
+    assert sorted(p.relative_to(mine).as_posix() for p in mine.rglob("*")) == [".hydra", ".hydra/notes.txt",
+                                                                               "server.log"]

@@ -1,0 +1,109 @@
+"""Signals reach every process that trains (issue 42, section 6): SIGTERM to a joblib sweep is forwarded to
+its workers, each checkpoints its run, and the parent says which job stopped at which round and how to
+continue it; SIGTERM to the batched launcher names every job it stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.faultkit import SMALL, error_lines, fedbench, runs, start
+from tests.runs.test_resume import checkpoint_round
+
+
+def wait_for_running(db: Path, proc, count: int, deadline: float = 300) -> None:
+    """Until the store holds `count` RUNNING runs, and each has logged a round (read without MLflow)."""
+    t0 = time.monotonic()
+    query = ("SELECT count(DISTINCT r.run_uuid) FROM runs r JOIN metrics m ON m.run_uuid = r.run_uuid "
+             "WHERE r.status = 'RUNNING'")
+    while True:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() - t0 < deadline, "the runs did not start in time"
+        if db.exists():
+            try:
+                with contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)) as con:
+                    if con.execute(query).fetchone()[0] >= count:
+                        return
+            except sqlite3.Error:
+                pass
+        time.sleep(0.1)
+
+
+def job_lines(stderr: str) -> dict[int, str]:
+    return {int(m.group(1)): line for line in stderr.splitlines() if (m := re.match(r"  job (\d+) \(", line))}
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_joblib_sweep_checkpoints_every_running_job_and_names_each(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    db, sweep = tmp_path / "m.db", tmp_path / "sweep"
+    proc = start("run", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1,2", *SMALL, "rounds=20000",
+                 "tracking.checkpoint_every=0", f"tracking.uri=sqlite:///{db}", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    wait_for_running(db, proc, 2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 143, stderr[-3000:]
+    [line] = error_lines(stderr)
+    assert "interrupted (SIGTERM)" in line, line
+    jobs = job_lines(stderr)
+    assert sorted(jobs) == [0, 1, 2], stderr[-3000:]
+    assert jobs[2].endswith("not started")  # queued when the stop came: it never started
+    client, record = runs(db)
+    assert len(record) == 2 and all(r.info.status == "KILLED" for r in record)  # the workers stopped: none finished
+    for r in record:
+        run_dir = Path(r.data.tags["run_dir"])
+        num = int(run_dir.name)
+        stopped = checkpoint_round(run_dir / "checkpoint.pt")
+        assert 1 <= stopped == int(r.data.tags["failure_round"]) < 20000
+        assert jobs[num].endswith(f"stopped at round {stopped}; continue with: fedbench resume {run_dir}"), jobs[num]
+    assert not (sweep / ".fedbench-stop").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_batched_launcher_names_every_job(tmp_path):
+    db, sweep = tmp_path / "m.db", tmp_path / "sweep"
+    proc = start("run", "-m", "hydra/launcher=batched", "seed=0,1", *SMALL, "rounds=20000",
+                 "tracking.checkpoint_every=0", f"tracking.uri=sqlite:///{db}", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    wait_for_running(db, proc, 2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 143, stderr[-3000:]
+    [line] = error_lines(stderr)
+    jobs = job_lines(stderr)
+    assert sorted(jobs) == [0, 1], stderr[-3000:]
+    _, record = runs(db)
+    for r in record:
+        run_dir = Path(r.data.tags["run_dir"])
+        stopped = checkpoint_round(run_dir / "checkpoint.pt")
+        assert r.info.status == "KILLED" and stopped == int(r.data.tags["failure_round"]) >= 1
+        assert jobs[int(run_dir.name)].endswith(f"stopped at round {stopped}; continue with: fedbench resume {run_dir}")
+
+
+def test_the_sweep_parent_forwards_the_first_signal_and_stops_at_the_second(tmp_path, monkeypatch):
+    """runs.interrupts.SweepStop: the first signal leaves the stop file and reaches every worker; the parent
+    goes on waiting; the second reaches them again and ends the parent."""
+    import os
+
+    from fedbench.runs import interrupts
+
+    sent = []
+    monkeypatch.setattr(interrupts.os, "kill", lambda pid, signum: sent.append((pid, signum)))
+    with interrupts.SweepStop(tmp_path, workers=lambda: [11, 12]) as stop:
+        assert os.environ[interrupts.STOP_ENV] == f"{os.getpid()}:{tmp_path / '.fedbench-stop'}"
+        stop._handler(signal.SIGTERM, None)
+        assert sent == [(11, signal.SIGTERM), (12, signal.SIGTERM)] and (tmp_path / ".fedbench-stop").exists()
+        with pytest.raises(interrupts.Interrupted):
+            stop._handler(signal.SIGINT, None)
+        assert sent[2:] == [(11, signal.SIGINT), (12, signal.SIGINT)]
+    assert interrupts.STOP_ENV not in os.environ and not (tmp_path / ".fedbench-stop").exists()
+    assert interrupts.sweep_stop_file() is None
+    with interrupts.SweepStop(tmp_path, workers=lambda: []) as stop:  # jobs in this process: interrupted here
+        with pytest.raises(interrupts.Interrupted):
+            stop._handler(signal.SIGTERM, None)
+        assert stop.signum is None and not (tmp_path / ".fedbench-stop").exists()
