@@ -92,14 +92,38 @@ class DiskClientStateTable(ClientStateTable):
 
     def _open(self, fresh: bool) -> None:
         """The table file: new and empty for a fresh run (a leftover of another run is replaced), or the
-        one this run wrote (resume)."""
+        one this run wrote (resume). The maps are read-only: rows are written with pwrite (`_flush`), so
+        a disk that cannot take a row fails that write with ENOSPC (the run's one-line error, its
+        checkpoint kept) instead of a SIGBUS from a store into a mapped page with no block behind it."""
         if self.file is not None:
             return
-        mode = "w+" if fresh else "r+"
-        self.file = np.memmap(self.path, dtype=self.np_dtype, mode=mode, shape=(self.num_clients, *self.spec.shape))
-        self.touched = np.memmap(self.path.with_suffix(".touched"), dtype=np.uint8, mode=mode, shape=(self.num_clients,))
+        touched = self.path.with_suffix(".touched")
+        sizes = ((self.path, self.num_clients * int(np.prod(self.spec.shape, dtype=np.int64)) * self.np_dtype.itemsize),
+                 (touched, self.num_clients))
+        self._fds = []
+        for path, size in sizes:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT | os.O_TRUNC if fresh else 0), 0o644)
+            if fresh:
+                os.ftruncate(fd, size)  # sparse: a row takes disk once written
+            self._fds.append(fd)
+        self.file = np.memmap(self.path, dtype=self.np_dtype, mode="r", shape=(self.num_clients, *self.spec.shape))
+        self.touched = np.memmap(touched, dtype=np.uint8, mode="r", shape=(self.num_clients,))
         if fresh:
             self._write_meta(0, ahead=False)
+
+    def __del__(self):
+        for fd in getattr(self, "_fds", ()):
+            os.close(fd)
+
+    def _write_rows(self, fd: int, path: Path, offset: int, data: bytes) -> None:
+        """All of `data` at `offset`; a failed write (ENOSPC, EDQUOT, EIO) is an OSError naming the file."""
+        view = memoryview(data)
+        while view:
+            try:
+                written = os.pwrite(fd, view, offset)
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, str(path)) from None
+            view, offset = view[written:], offset + written
 
     def _write_meta(self, round_: int, ahead: bool) -> None:
         tmp = self.meta.with_suffix(".json.tmp")
@@ -134,10 +158,17 @@ class DiskClientStateTable(ClientStateTable):
         if not self.rows:
             return
         ids = np.asarray(sorted(self.rows), dtype=np.int64)
-        self.file[ids] = torch.stack([self.rows[i] for i in ids.tolist()]).numpy()
-        self.touched[ids] = 1
-        self.file.flush()
-        self.touched.flush()
+        values = torch.stack([self.rows[i] for i in ids.tolist()]).numpy().astype(self.np_dtype, copy=False)
+        row_bytes = values[0].nbytes
+        for i, row in zip(ids.tolist(), values):
+            self._write_rows(self._fds[0], self.path, i * row_bytes, row.tobytes())
+        for i in ids.tolist():
+            self._write_rows(self._fds[1], self.path.with_suffix(".touched"), i, b"\x01")
+        for fd, path in zip(self._fds, (self.path, self.path.with_suffix(".touched"))):
+            try:
+                os.fsync(fd)  # a file system that allocates late (NFS, thin volumes) reports it here
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, str(path)) from None
         self.rows_written += len(ids)
         self.rows = {}
 
