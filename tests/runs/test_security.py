@@ -297,6 +297,7 @@ def test_up_and_down_in_a_folder_whose_name_holds_a_space(tmp_path):
     import tempfile
 
     folder = Path(tempfile.mkdtemp(prefix="fb c ", dir="/tmp")) / "my cluster"  # short: Ray's socket paths
+    folder.parent.chmod(0o755)  # as root, the postgres user must reach the folder
     try:
         up = script("up", str(folder))
         assert up.returncode == 0, up.stderr[-3000:]
