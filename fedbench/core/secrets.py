@@ -1,18 +1,22 @@
-"""Passwords in store URIs are never recorded or printed (issue 32).
+"""Passwords in store URIs are never recorded or printed (issues 32 and 42).
 
-Two boundaries, one rule each:
-- In: `withhold` takes the password out of a `tracking.uri=` override before Hydra composes the
-  config, keeping it in this process's environment (FEDBENCH_TRACKING_PASSWORD, inherited by the
-  MLflow writer and by launcher workers). The config, .hydra/, the MLflow params, tags and
-  config.yaml then hold the URI without it by construction; `reveal` puts it back only in the URI
-  handed to MLflow's client. A resumed run reads the recorded URI (no password) and gets it from
-  FEDBENCH_TRACKING_PASSWORD, or from the libraries' own channels, which need nothing of fedbench:
-  MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD for an MLflow server, PGPASSWORD or ~/.pgpass
-  for PostgreSQL.
+One parser reads a URI's password as the library that connects with it does (`split_password`):
+SQLAlchemy's make_url for a database URI (a password runs to the first '@' and may hold '/', '#',
+'?'), urllib for HTTP (requests takes credentials through it). Two boundaries, one rule each:
+- In: `withhold` takes the secrets out of the overrides before Hydra composes the config: the
+  password of `tracking.uri=` stays in this process's environment (FEDBENCH_TRACKING_PASSWORD,
+  inherited by the MLflow writer and by launcher workers), and a secret variable set through Hydra
+  (`+hydra.job.env_set.MLFLOW_TRACKING_PASSWORD=`) goes to the environment directly. The config,
+  the MLflow params, tags and config.yaml then hold the URI without it; `reveal` puts it back only in
+  the URI handed to MLflow's client. A resumed run reads the recorded URI (no password) and gets it
+  from FEDBENCH_TRACKING_PASSWORD, or from the libraries' own channels, which need nothing of
+  fedbench: MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD for an MLflow server, PGPASSWORD or
+  ~/.pgpass for PostgreSQL.
 - Out: `redact` rewrites any text so that no URI password, no password-like query parameter and no
   password fedbench was given shows: `install` applies it to this process's stdout/stderr and to
-  every log record (Hydra's job log files included), the recorder to what it sends to MLflow, and
-  the CLI's error line goes through stderr.
+  every log record (Hydra's job log files included), `install_hydra_redaction` to the .hydra/ files
+  Hydra writes (a password from a --config-dir or FEDBENCH_CONF file included), the recorder to what
+  it sends to MLflow, the report to its pages and files.
 """
 
 from __future__ import annotations
