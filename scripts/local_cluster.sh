@@ -29,14 +29,15 @@ usage() { echo "usage: $0 up|down [DIR] | $0 start|stop postgres|mlflow|head|wor
 die() { echo "local_cluster: $*" >&2; exit 1; }
 
 MARKER="# written by fedbench's scripts/local_cluster.sh up"
-LAYOUT="env pg pg.pw artifacts ray initdb.log mlflow.log mlflow.pid ray-head.log ray-head.pid ray-worker.log ray-worker.pid"
+LAYOUT="env pg pg.pw artifacts ray initdb.log mlflow.log mlflow.pid mlflow.started ray-head.log ray-head.pid ray-head.started
+  ray-worker.log ray-worker.pid ray-worker.started"
 
 ours() {  # DIR was made by `up`: its env carries MARKER and it holds nothing else (else: the odd entry)
   [ -f "$DIR/env" ] && [ "$(head -n 1 "$DIR/env")" = "$MARKER" ] || return 1
   local entry
   for entry in "$DIR"/* "$DIR"/.[!.]*; do
     [ -e "$entry" ] || continue
-    case " $LAYOUT " in *" $(basename "$entry") "*) ;; *) basename "$entry"; return 1 ;; esac
+    case " $(echo $LAYOUT) " in *" $(basename "$entry") "*) ;; *) basename "$entry"; return 1 ;; esac
   done
 }
 
@@ -76,22 +77,45 @@ wait_for() {  # wait_for <what> <name> <command...>: poll the command until it s
 
 http_ok() { "$PYTHON" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2).read()' "$1"; }
 
-start_bg() {  # start_bg <name> <command...>: a process group of its own, its pid in DIR/<name>.pid
-  local name=$1; shift
-  setsid "$@" >"$DIR/$name.log" 2>&1 < /dev/null &
-  echo $! >"$DIR/$name.pid"
+proc_started() {  # proc_started <pid>: "<start time in clock ticks since boot> <boot id>" of a live process
+  local stat rest
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  rest=${stat##*) }  # the fields after the command name, which may hold spaces and parentheses
+  read -r -a fields <<<"$rest"
+  echo "${fields[19]} $(cat /proc/sys/kernel/random/boot_id)"  # field 22 of proc(5)
 }
 
-stop_bg() {  # stop a process group started by start_bg: TERM, then KILL after 20 s
-  local pidfile="$DIR/$1.pid"
-  [ -f "$pidfile" ] || return 0
-  local pid; pid=$(cat "$pidfile")
-  if kill -0 "$pid" 2>/dev/null; then
+start_bg() {  # start_bg <name> <command...>: a process group of its own, its pid in DIR/<name>.pid and
+  local name=$1; shift  # its start time in DIR/<name>.started (a pid alone may be reused after a crash)
+  setsid "$@" >"$DIR/$name.log" 2>&1 < /dev/null &
+  local pid=$!
+  echo "$pid" >"$DIR/$name.pid"
+  proc_started "$pid" >"$DIR/$name.started" || true  # exited at once: wait_for reports it
+}
+
+stop_bg() {  # stop a process group started by start_bg: TERM, then KILL after 20 s. The pid is signalled
+  local name=$1 pidfile="$DIR/$1.pid"  # only while it is the process start_bg started (same boot, same
+  [ -f "$pidfile" ] || return 0        # start time); once it has exited, its group id cannot be reused
+  local pid; pid=$(cat "$pidfile")      # while any member lives, so what is left of the group is ours
+  if ! [[ $pid =~ ^[1-9][0-9]*$ ]]; then
+    echo "local_cluster: $pidfile holds no pid ($pid): nothing signalled" >&2
+    rm -f "$pidfile" "$DIR/$name.started"
+    return 0
+  fi
+  local now started
+  if now=$(proc_started "$pid"); then
+    started=$(cat "$DIR/$name.started" 2>/dev/null || true)
+    if [ "$now" != "$started" ]; then
+      echo "local_cluster: pid $pid of $pidfile is not the process up started (that one exited; the pid is" \
+        "now another process's): not signalled" >&2
+      rm -f "$pidfile" "$DIR/$name.started"
+      return 0
+    fi
     kill -TERM -- "-$pid" 2>/dev/null || true
     for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
   fi
   kill -KILL -- "-$pid" 2>/dev/null || true  # whatever of the group is left (Ray's workers, uvicorn's)
-  rm -f "$pidfile"
+  rm -f "$pidfile" "$DIR/$name.started"
 }
 
 # Ray's servers listen on every interface unless their node's IP is literally 127.0.0.1, and Ray
@@ -110,7 +134,8 @@ main()'
 
 ray_node() {  # ray_node <name> <ray start arguments...>: one Ray node, kept by `ray start --block`
   local name=$1; shift
-  start_bg "ray-$name" "$PYTHON" -c "$RAY_START" start --block --node-ip-address=127.0.0.1 \
+  # no database password in Ray's environment: its workers run users' code and record through MLflow
+  start_bg "ray-$name" env -u PGPASSWORD -u PGPASSFILE "$PYTHON" -c "$RAY_START" start --block --node-ip-address=127.0.0.1 \
     --num-cpus="$RAY_CPUS" --object-store-memory=100000000 --disable-usage-stats --temp-dir="$DIR/ray" \
     --node-manager-port="$(free_port)" --object-manager-port="$(free_port)" --metrics-export-port="$(free_port)" \
     --dashboard-agent-listen-port="$(free_port)" --dashboard-agent-grpc-port="$(free_port)" \
@@ -166,8 +191,8 @@ start_part() {
   source "$DIR/env"
   case $1 in
     postgres)
-      as_pg "$(pg_bin)/pg_ctl" -D "$DIR/pg" -l "$DIR/pg/server.log" -w -t "$WAIT" \
-        -o "-h 127.0.0.1 -p $PG_PORT -k $DIR/pg" start >/dev/null ;;
+      # address, port and socket folder are in postgresql.conf (up): pg_ctl -o would split a folder name on spaces
+      as_pg "$(pg_bin)/pg_ctl" -D "$DIR/pg" -l "$DIR/pg/server.log" -w -t "$WAIT" start >/dev/null ;;
     mlflow)
       # MLflow's job runner (GenAI jobs, a dozen worker processes) serves nothing fedbench records
       MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false start_bg mlflow "$PYTHON" -m mlflow server --backend-store-uri "$FEDBENCH_POSTGRES_URI" \
@@ -212,7 +237,7 @@ export RAY_ADDRESS=127.0.0.1:\$RAY_PORT RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
 export DASHBOARD_METRIC_PORT=$(free_port) AUTOSCALER_METRIC_PORT=$(free_port)
 EOF
   )
-  trap 'echo "local_cluster: up failed; stopping what started" >&2; down' EXIT
+  trap failed_up EXIT
   mkdir -p "$DIR/pg"
   [ "$(id -u)" -ne 0 ] || chown postgres "$DIR/pg"
   local pwfile="$DIR/pg.pw"  # the superuser's password for initdb, readable by it alone, removed at once
@@ -221,9 +246,15 @@ EOF
   as_pg "$(pg_bin)/initdb" -D "$DIR/pg" -U fedbench_admin --auth=scram-sha-256 --pwfile="$pwfile" -E UTF8 \
     >"$DIR/initdb.log" 2>&1 || { rm -f "$pwfile"; tail -n 20 "$DIR/initdb.log" >&2; die "initdb failed"; }
   rm -f "$pwfile"
+  local socket_dir=${DIR//\\/\\\\}
+  socket_dir=${socket_dir//\'/\'\'}  # a quoted value of postgresql.conf: backslash and quote doubled
+  # shellcheck disable=SC1091
+  (source "$DIR/env"; printf "%s\n" "# local_cluster.sh: loopback only" "listen_addresses = '127.0.0.1'" \
+    "port = $PG_PORT" "unix_socket_directories = '$socket_dir/pg'" >>"$DIR/pg/postgresql.conf")
   start_part postgres
-  # the SQL on stdin: no password on a command line (ps shows those to every user)
-  as_pg env PGPASSWORD="$admin_pw" "$(pg_bin)/psql" -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U fedbench_admin \
+  # the password in psql's environment, the SQL on stdin: no secret on a command line (ps shows those
+  # to every user); psql is a client over TCP, so it needs no other user than this one
+  PGPASSWORD="$admin_pw" "$(pg_bin)/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U fedbench_admin \
     -d postgres >/dev/null <<EOF
 CREATE ROLE fedbench LOGIN PASSWORD '$role_pw' NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION;
 CREATE DATABASE mlflow OWNER fedbench;
@@ -239,9 +270,17 @@ EOF
     "Ray head       $RAY_ADDRESS, with one worker node" "source $DIR/env sets RAY_ADDRESS, MLFLOW_TRACKING_URI, FEDBENCH_POSTGRES_URI, PGPASSWORD (nothing listens beyond 127.0.0.1)"
 }
 
+failed_up() {  # stop what started; the folder stays, with the logs the messages above point to
+  echo "local_cluster: up failed; stopping what started (the logs stay in $DIR; $0 down $DIR removes it)" >&2
+  for part in worker head mlflow postgres; do stop_part "$part"; done
+}
+
 down() {
-  local odd
-  odd=$(ours) || die "$DIR was not made by '$0 up' (${odd:+it holds $odd, which up never writes}${odd:-no env of its own}): nothing stopped or deleted"
+  local odd why
+  if ! odd=$(ours); then
+    if [ -n "$odd" ]; then why="it holds $odd, which up never writes"; else why="no env of its own"; fi
+    die "$DIR was not made by '$0 up' ($why): nothing stopped or deleted"
+  fi
   for part in worker head mlflow postgres; do stop_part "$part"; done
   rm -rf "$DIR"
 }

@@ -195,7 +195,9 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("report --best-by accuracy", "Unknown --best-by 'accuracy'. Available: best_accuracy, final_accuracy, final_loss, rounds_to_<t>."),
     ("report --uri sqlite:///{tmp}/store.db --filter 'tags.foo =='", "--filter 'tags.foo ==' is not a valid MLflow search filter"),
     ("report --output {tmp}/garbage.db/x.md", "--output <tmp>/garbage.db/x.md: <tmp>/garbage.db is a file, not a folder"),
-    ("report --uri sqlite:///{tmp}/garbage.db", "cannot read the MLflow store sqlite:///<tmp>/garbage.db"),
+    ("report --uri sqlite:///{tmp}/garbage.db", "<tmp>/garbage.db is not an MLflow store (not an SQLite database"),
+    ("report --uri sqlite:///{tmp}/empty.db", "<tmp>/empty.db is not an MLflow store (it has no alembic_version"),
+    ("report --uri 'postgresql://u:p@h:port/db'", "the store URI postgresql://u:***@h:port/db is not one SQLAlchemy can read"),
     ("report --uri sqlite:///{tmp}/store.db --target 0.5 --baseline fedavgg", "Did you mean 'fedavg'?"),
     ("data show --out /nonexistent/x.png", "--out /nonexistent/x.png: the folder /nonexistent does not exist"),
     ("data show --rows -5", "--rows must be >= 0 (0 lists every client), got -5"),
@@ -278,6 +280,7 @@ def make_fixtures(tmp: Path) -> None:
         else:
             write_idx(folder / "train-images-idx3-ubyte", np.zeros((50, 14, 56), np.uint8), False)
     (tmp / "garbage.db").write_bytes(bytes(range(256)) * 64)
+    (tmp / "empty.db").touch()  # a reader never turns it into a store
     uri = f"sqlite:///{tmp}/store.db"
     client = MlflowClient(uri)
     run = client.create_run(client.create_experiment("fedbench"))

@@ -72,7 +72,9 @@ def report(
         typer.echo(text, nl=False)
     else:
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text)
+        from fedbench.core.secrets import redact
+
+        output.write_text(redact(text))
         typer.echo(f"wrote {output} ({len(table)} rows from {len(frame)} runs)", err=True)
 
 

@@ -116,29 +116,50 @@ class DiskClientStateTable(ClientStateTable):
         """The byte sizes of the table's files: the table [N, *shape], and one byte per client."""
         return {"bin": int(np.prod(self.file_shape)) * self.np_dtype.itemsize, "touched": self.num_clients}
 
-    def _map(self, path: Path, dtype, shape: tuple, fresh: bool) -> np.memmap:
-        """A file of the table mapped, opened as the run's own (no link, no FIFO: core.ownership)."""
-        from fedbench.core.ownership import open_owned, record_made
-
-        fd = open_owned(path, os.O_RDWR | (os.O_CREAT | os.O_TRUNC if fresh else 0))
-        if fresh:
-            record_made(path)
-        with os.fdopen(fd, "r+b") as f:  # the mapping outlives the descriptor
-            return np.memmap(f, dtype=dtype, mode="w+" if fresh else "r+", shape=shape)
+    @staticmethod
+    def _map(fd: int, dtype, shape: tuple) -> np.memmap:
+        """A file of the table mapped read-only from the descriptor the run opened as its own."""
+        with open(fd, "rb", closefd=False) as f:  # the mapping outlives the file object
+            return np.memmap(f, dtype=dtype, mode="r", shape=shape)
 
     def _open(self, fresh: bool) -> None:
         """The table file: new and empty for a fresh run (a leftover of another run is replaced), or the
-        one this run wrote (resume)."""
+        one this run wrote (resume). The maps are read-only: rows are written with pwrite (`_flush`), so
+        a disk that cannot take a row fails that write with ENOSPC (the run's one-line error, its
+        checkpoint kept) instead of a SIGBUS from a store into a mapped page with no block behind it."""
         if self.file is not None:
             return
         if fresh:
             import secrets
 
             self.token = secrets.token_hex(16)
-        self.file = self._map(self.path, self.np_dtype, tuple(self.file_shape), fresh)
-        self.touched = self._map(self.touched_path, np.uint8, (self.num_clients,), fresh)
+        from fedbench.core.ownership import open_owned, record_made
+
+        self._fds = []
+        for path, size in ((self.path, self._sizes()["bin"]), (self.touched_path, self._sizes()["touched"])):
+            fd = open_owned(path, os.O_RDWR | (os.O_CREAT | os.O_TRUNC if fresh else 0))  # no link, no FIFO
+            if fresh:
+                record_made(path)
+                os.ftruncate(fd, size)  # sparse: a row takes disk once written
+            self._fds.append(fd)
+        self.file = self._map(self._fds[0], self.np_dtype, tuple(self.file_shape))
+        self.touched = self._map(self._fds[1], np.uint8, (self.num_clients,))
         if fresh:
             self._write_meta(0, ahead=False)
+
+    def __del__(self):
+        for fd in getattr(self, "_fds", ()):
+            os.close(fd)
+
+    def _write_rows(self, fd: int, path: Path, offset: int, data: bytes) -> None:
+        """All of `data` at `offset`; a failed write (ENOSPC, EDQUOT, EIO) is an OSError naming the file."""
+        view = memoryview(data)
+        while view:
+            try:
+                written = os.pwrite(fd, view, offset)
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, str(path)) from None
+            view, offset = view[written:], offset + written
 
     def _write_meta(self, round_: int, ahead: bool) -> None:
         tmp = self.meta.with_suffix(".json.tmp")
@@ -179,10 +200,17 @@ class DiskClientStateTable(ClientStateTable):
         if not self.rows:
             return
         ids = np.asarray(sorted(self.rows), dtype=np.int64)
-        self.file[ids] = torch.stack([self.rows[i] for i in ids.tolist()]).numpy()
-        self.touched[ids] = 1
-        self.file.flush()
-        self.touched.flush()
+        values = torch.stack([self.rows[i] for i in ids.tolist()]).numpy().astype(self.np_dtype, copy=False)
+        row_bytes = values[0].nbytes
+        for i, row in zip(ids.tolist(), values):
+            self._write_rows(self._fds[0], self.path, i * row_bytes, row.tobytes())
+        for i in ids.tolist():
+            self._write_rows(self._fds[1], self.touched_path, i, b"\x01")
+        for fd, path in zip(self._fds, (self.path, self.touched_path)):
+            try:
+                os.fsync(fd)  # a file system that allocates late (NFS, thin volumes) reports it here
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, str(path)) from None
         self.rows_written += len(ids)
         self.rows = {}
 

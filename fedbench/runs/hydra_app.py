@@ -242,9 +242,10 @@ def hydra_main(argv: list[str]) -> int:
     from fedbench.tracking import writer
 
     from fedbench.core.errors import ConfigError
-    from fedbench.core.secrets import install, withhold
+    from fedbench.core.secrets import install, install_hydra_redaction, withhold
 
     install()
+    install_hydra_redaction()  # .hydra/ holds no secret, whichever channel brought it (a config file too)
     argv = withhold(argv)  # before Hydra: its config, .hydra/ and the record never hold the password
     CONF_DIR = checked_conf_dir()
     register_resolvers()

@@ -62,8 +62,11 @@ def render(title: str, sections: list[Section], settings: dict[str, str] | None 
 
 def write_page(path: Path, title: str, sections: list[Section], settings: dict[str, str] | None = None,
                provenance_rows: dict[str, str] | None = None) -> Path:
+    from fedbench.core.secrets import redact
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(title, sections, settings, provenance_rows), encoding="utf-8")
+    rows = {k: redact(str(v)) for k, v in (provenance_rows or provenance()).items()}  # the command line may hold one
+    path.write_text(redact(render(title, sections, settings, rows)), encoding="utf-8")
     return path
 
 

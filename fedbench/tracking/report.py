@@ -25,14 +25,16 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
     """One row per FINISHED run: params (as strings), tags and the metrics a table needs."""
     import pandas as pd
 
-    from fedbench.core.errors import ConfigError
-    from fedbench.tracking.store import existing_store, one_line, store_client
+    from fedbench.core.errors import ConfigError, FedbenchError
+    from fedbench.tracking.store import existing_store, one_line, reader_client
 
-    store = existing_store(uri)
+    store = existing_store(uri)  # as shown: no password
     try:
-        client = store_client(store)
+        client = reader_client(uri)  # an existing store, reached at once, never written
         exp = client.get_experiment_by_name(experiment)
         names = [e.name for e in client.search_experiments()] if exp is None else []
+    except FedbenchError:
+        raise
     except Exception as exc:  # not an MLflow store, unreachable server
         raise ConfigError(f"cannot read the MLflow store {store}: {one_line(exc)}") from None
     if exp is None:
@@ -65,9 +67,9 @@ def metric_curves(frame: pd.DataFrame, uri: str | None, metric: str, x: str = "r
     against `x`: columns label, seed, x, metric (the input of tracking.plots.comparison_figure). Empty when no run logged it."""
     import pandas as pd
 
-    from fedbench.tracking.store import resolve_tracking_uri, store_client
+    from fedbench.tracking.store import reader_client
 
-    client = store_client(resolve_tracking_uri(uri))
+    client = reader_client(uri)
     rows = []
     for _, run in frame.iterrows():
         values = ({r: v for r, v in run["history"]} if metric == "test_accuracy" and "history" in run
@@ -82,9 +84,9 @@ def metric_curves(frame: pd.DataFrame, uri: str | None, metric: str, x: str = "r
 
 
 def logged_metrics(frame: pd.DataFrame, uri: str | None) -> list[str]:
-    from fedbench.tracking.store import resolve_tracking_uri, store_client
+    from fedbench.tracking.store import reader_client
 
-    client = store_client(resolve_tracking_uri(uri))
+    client = reader_client(uri)
     return sorted({k for r in frame["run_id"] for k in client.get_run(r).data.metrics})
 
 

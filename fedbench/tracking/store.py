@@ -77,7 +77,10 @@ def existing_store(uri: str | None, option: str = "--uri") -> str:
     mistyped path (and the default one under outputs/ in whatever folder the command runs in)."""
     from fedbench.core.errors import ConfigError
 
+    from fedbench.core.secrets import withhold_uri
+
     store = uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(DEFAULT_OUTPUTS / 'mlflow.db').resolve()}"
+    store = withhold_uri(store)  # its password known to the redaction, put back by client_for only
     if store.startswith(("http://", "https://", "databricks", "postgresql", "mysql", "mssql")):
         return store  # a server or a database: reaching it is the check
     path = Path(store.removeprefix("sqlite:///").removeprefix("file://"))
@@ -88,18 +91,117 @@ def existing_store(uri: str | None, option: str = "--uri") -> str:
     return store
 
 
+WAIT_ENV = "FEDBENCH_STORE_WAIT"  # seconds a reader waits for a store another process holds locked
+MLFLOW_TABLES = {"experiments", "runs", "alembic_version"}
+
+
+def store_wait() -> float:
+    from fedbench.core.errors import ConfigError
+
+    raw = os.environ.get(WAIT_ENV, "60")
+    try:
+        wait = float(raw)
+    except ValueError:
+        wait = -1.0
+    if not 0 <= wait < float("inf"):
+        raise ConfigError(f"{WAIT_ENV}={raw!r}: not a number of seconds (a reader's wait for a locked store; default 60)")
+    return wait
+
+
+def reader_client(uri: str | None, option: str = "--uri"):
+    """The MlflowClient of a reader (report, plot): on a store that exists and is an MLflow store, a
+    server reached at once (probe_server), and nothing written: no store created or migrated, no lock
+    file made. A store another process holds locked is waited for, saying so, at most store_wait() s."""
+    store = existing_store(uri, option)
+    if not store.startswith("sqlite:///"):
+        probe_server(store)
+        return client_for(store)
+    wait = store_wait()
+    db = Path(store.removeprefix("sqlite:///"))
+    with shared_lock(Path(str(db) + ".lock"), db, wait):
+        check_mlflow_sqlite(db, wait)
+        return client_for(store)
+
+
+def _waiting(what: str, wait: float, deadline: float, said: bool) -> bool:
+    """Say once what a reader waits for; give up in one line at the deadline."""
+    import sys
+    import time
+
+    if time.monotonic() >= deadline:
+        raise FedbenchError(f"gave up after {wait:g} s waiting for {what} (set {WAIT_ENV} to wait longer)")
+    if not said:
+        print(f"waiting for {what} (at most {wait:g} s; {WAIT_ENV} sets it)", file=sys.stderr, flush=True)
+    time.sleep(0.2)
+    return True
+
+
+@contextmanager
+def shared_lock(lock: Path, db: Path, wait: float):
+    """A shared hold on store_lock's file while a reader opens the store, so no creator or migration
+    runs meanwhile; the file is opened read-only and never created (no lock file: none to wait for)."""
+    import fcntl
+    import stat
+    import time
+
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        yield
+        return
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            deadline, said = time.monotonic() + wait, False
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    said = _waiting(f"{lock}: another fedbench process is creating or migrating the MLflow store {db}",
+                                    wait, deadline, said)
+        yield
+    finally:
+        os.close(fd)  # releases the hold
+
+
+def check_mlflow_sqlite(db: Path, wait: float) -> None:
+    """`db` is an MLflow store: read-only, MLflow's tables are there (MLflow would turn any other
+    SQLite file, an empty one included, into a new store)."""
+    import sqlite3
+    import time
+
+    from fedbench.core.errors import ConfigError
+
+    deadline, said = time.monotonic() + wait, False
+    while True:
+        try:
+            con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=0.5)
+            try:
+                tables = {name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            finally:
+                con.close()
+            break
+        except sqlite3.DatabaseError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise ConfigError(f"{db} is not an MLflow store (not an SQLite database: {exc}); a reader never "
+                                  "writes one: give the mlflow.db that fedbench run wrote") from None
+            said = _waiting(f"the MLflow store {db}: another process holds it locked", wait, deadline, said)
+    if not MLFLOW_TABLES <= tables:
+        raise ConfigError(f"{db} is not an MLflow store (it has no {', '.join(sorted(MLFLOW_TABLES - tables))} "
+                          "table); a reader never writes one: give the mlflow.db that fedbench run wrote")
+
+
 def probe_server(uri: str, timeout: float = 5.0) -> None:
     """Connect once to a tracking server or database server: MLflow's own client retries a refused
     connection with backoff for minutes before it gives up (its database stores too)."""
-    from urllib.parse import urlparse
+    from fedbench.core.secrets import store_address
 
-    parsed = urlparse(uri)
-    scheme = parsed.scheme.split("+")[0]
-    if scheme not in DEFAULT_PORTS or not parsed.hostname:
+    scheme, host, port = store_address(uri)  # the parser the connecting library agrees with
+    if scheme not in DEFAULT_PORTS or not host:
         return
-    port = parsed.port or DEFAULT_PORTS[scheme]
+    port = port or DEFAULT_PORTS[scheme]
     try:
-        socket.create_connection((parsed.hostname, port), timeout=timeout).close()
+        socket.create_connection((host, port), timeout=timeout).close()
     except OSError as exc:
         start = "(mlflow server --port ...)" if scheme.startswith("http") else f"(its {scheme} server)"
         raise FedbenchError(

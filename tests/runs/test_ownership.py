@@ -207,6 +207,7 @@ def test_every_store_opener_holds_the_store_lock_while_it_opens(monkeypatch, tmp
 
     from mlflow.tracking import MlflowClient
 
+    from fedbench.core.errors import ConfigError
     from fedbench.runs.api import _history_from_mlflow
     from fedbench.tracking.report import load_runs
     from fedbench.tracking.store import open_store
@@ -227,8 +228,11 @@ def test_every_store_opener_holds_the_store_lock_while_it_opens(monkeypatch, tmp
         real(self, *args, **kwargs)
 
     monkeypatch.setattr(MlflowClient, "__init__", opened)
-    for opener in (lambda: load_runs(uri, "fedbench"), lambda: _history_from_mlflow(uri, "0" * 32),
-                   lambda: open_store(uri, "fedbench")):
+    with pytest.raises(ConfigError, match="not an MLflow store"):  # a reader never migrates a fresh store (issue 42)
+        load_runs(uri, "fedbench")
+    assert held == [] and db.stat().st_size == 0
+    for opener in (lambda: _history_from_mlflow(uri, "0" * 32), lambda: open_store(uri, "fedbench"),
+                   lambda: load_runs(uri, "fedbench")):  # the reader once the store is one: a shared hold
         try:
             opener()
         except Exception:  # a fresh store has no runs: what matters is how it was opened

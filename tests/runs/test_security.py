@@ -61,6 +61,63 @@ def test_redact_masks_every_form_and_withhold_reveal_round_trip(monkeypatch):
     assert redact(f"a library echoed {SECRET}") == "a library echoed ***"  # a password fedbench holds
 
 
+# -- secrets in every file a run writes, whatever the channel (issue 42, section 3) -------------
+
+
+def config_dir_with_uri(folder: Path, uri: str) -> Path:
+    """A --config-dir whose tracking option names `uri` (a store URI written in a file)."""
+    import re
+
+    from fedbench.config.compose import conf_dir
+
+    (folder / "tracking").mkdir(parents=True)
+    text = (conf_dir() / "tracking" / "mlflow.yaml").read_text()
+    (folder / "tracking" / "mine.yaml").write_text(re.sub(r"(?m)^(\s*uri:).*$", lambda m: f'{m.group(1)} "{uri}"', text))
+    return folder
+
+
+@pytest.mark.parametrize(("channel", "password"), [("override", "pw/with-slash"), ("override", "pw#with-hash"),
+                                                   ("override", "pw?with-question"), ("config-dir", "pw#with/both"),
+                                                   ("env_set", "pw/with-slash")])
+def test_a_password_sqlalchemy_reads_is_withheld_from_every_file_whatever_its_channel(tmp_path, channel, password):
+    """SQLAlchemy's password runs to the first '@' ('/', '#', '?' included); fedbench's parser agrees,
+    and .hydra/ (written by Hydra itself) holds no password from a config file or env_set either."""
+    secret = f"{SECRET}-{password}"
+    uri = f"postgresql+psycopg2://alice:{secret}@127.0.0.1:1/mlflow"
+    args = {"override": [f"tracking.uri={uri}"],
+            "config-dir": ["tracking=mine"],
+            "env_set": ["tracking.uri=postgresql+psycopg2://alice@127.0.0.1:1/mlflow",
+                        f"+hydra.job.env_set.MLFLOW_TRACKING_PASSWORD={secret}"]}[channel]
+    flags = ["--config-dir", str(config_dir_with_uri(tmp_path / "my_conf", uri))] if channel == "config-dir" else []
+    out = fedbench("run", *flags, *SMALL, "rounds=1", *args, f"hydra.run.dir={tmp_path}/run", cwd=tmp_path, timeout=120)
+    assert out.returncode != 0 and len(error_lines(out.stderr)) == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert "cannot reach" in out.stderr and "alice" in out.stderr  # the store's own error, its user named
+    assert secret not in out.stdout + out.stderr
+    assert [p for p in files_holding(tmp_path, secret) if "my_conf" not in p.parts] == []
+
+
+def test_one_parser_reads_a_database_uri_as_sqlalchemy_does(monkeypatch):
+    from sqlalchemy.engine import make_url
+
+    from fedbench.core.errors import ConfigError
+    from fedbench.core.secrets import PASSWORD_ENV, redact, reveal, split_password
+
+    monkeypatch.delenv(PASSWORD_ENV, raising=False)
+    for uri in ("postgresql://u:a/b#c?d@h:5/db?sslmode=require", "mysql+pymysql://u:p%40ss@h/db", "postgresql://h/db?user=u&password=x/y"):
+        public, password = split_password(uri)
+        url = make_url(uri)
+        assert password == (url.password if url.password is not None else url.query["password"])
+        assert make_url(public).password is None and "password" not in make_url(public).query
+        assert (make_url(public).host, make_url(public).port, make_url(public).database) == (url.host, url.port, url.database)
+        monkeypatch.setenv(PASSWORD_ENV, password)
+        again = make_url(reveal(public))
+        assert (again.password or again.query.get("password")) == password
+        assert password not in redact(f"store {uri} failed")
+    with pytest.raises(ConfigError, match=r"u:\*\*\*@h:notaport") as refused:
+        split_password("postgresql://u:secretpw@h:notaport/db")
+    assert "secretpw" not in str(refused.value)
+
+
 # -- local_cluster.sh: it deletes only what it made --------------------------------------------
 
 
@@ -75,9 +132,38 @@ def test_down_and_start_refuse_a_folder_the_script_did_not_make(tmp_path):
     # a forged env file does not make it ours: the layout is checked too
     (user / "env").write_text("# written by fedbench's scripts/local_cluster.sh up\n")
     out = script("down", str(user))
-    assert out.returncode != 0 and "it holds notes.txt" in out.stderr
+    assert out.returncode != 0 and out.stderr == (f"local_cluster: {user} was not made by '{SCRIPT} up' (it holds notes.txt, "
+                                                  "which up never writes): nothing stopped or deleted\n")
     assert (user / "notes.txt").read_text() == "keep me" and (user / "env").exists()
     assert script("down", str(tmp_path / "absent")).returncode == 0 and not (tmp_path / "absent").exists()
+
+
+def fake_cluster(folder: Path) -> Path:
+    """A folder laid out as `up` leaves it (its env's first line is the marker), with no process of its own."""
+    folder.mkdir()
+    marker = next(line for line in SCRIPT.read_text().splitlines() if line.startswith("MARKER="))
+    (folder / "env").write_text(marker.split("=", 1)[1].strip('"') + "\n")
+    return folder
+
+
+def test_down_and_stop_signal_no_process_that_merely_reuses_a_recorded_pid(tmp_path):
+    """After a crash the pids in the folder's pid files may be another program's: only the process the
+    script started (its start time recorded beside the pid) is signalled."""
+    folder = fake_cluster(tmp_path / "c")
+    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)  # a group leader, as start_bg's are
+    try:
+        for name in ("mlflow", "ray-head", "ray-worker"):
+            (folder / f"{name}.pid").write_text(f"{stranger.pid}\n")
+        (folder / "mlflow.started").write_text("1 " + Path("/proc/sys/kernel/random/boot_id").read_text())  # another start
+        out = script("stop", "mlflow", str(folder))
+        assert out.returncode == 0 and "not signalled" in out.stderr, out.stderr
+        assert stranger.poll() is None and not (folder / "mlflow.pid").exists()
+        out = script("down", str(folder))  # the ray pids: no start time recorded (a pre-fix folder)
+        assert out.returncode == 0 and out.stderr.count("not signalled") == 2, out.stderr
+        assert stranger.poll() is None and not folder.exists()
+    finally:
+        stranger.kill()
+        stranger.wait()
 
 
 def test_up_refuses_a_folder_that_holds_anything(tmp_path):
@@ -177,3 +263,91 @@ def test_a_password_typed_for_an_mlflow_server_is_recorded_nowhere(cluster, tmp_
     for where, text in (("the output", out.stdout + out.stderr), ("the MLflow database", store_text(cluster))):
         assert SECRET not in text, where
     assert files_holding(tmp_path, SECRET) == [] and files_holding(cluster.dir / "artifacts", SECRET) == []
+
+
+@pytest.mark.slow
+def test_no_ray_process_of_the_cluster_holds_the_database_password(cluster):
+    """Ray's workers run users' code and record through the MLflow server: they need no PGPASSWORD."""
+    password = cluster.exported["PGPASSWORD"]
+    groups = {int((cluster.dir / f"{name}.pid").read_text()) for name in ("ray-head", "ray-worker")}
+    ray_pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _pgid(int(p.name)) in groups]
+    assert ray_pids
+    holding = [pid for pid in ray_pids if password.encode() in _environ(pid)]
+    assert holding == [], f"processes {holding} of Ray's groups hold PGPASSWORD"
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return b""
+
+
+@pytest.mark.slow
+def test_up_and_down_in_a_folder_whose_name_holds_a_space(tmp_path):
+    """pg_ctl -o split its options on a space; a failed up deleted the log it pointed to."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="fb c ", dir="/tmp")) / "my cluster"  # short: Ray's socket paths
+    folder.parent.chmod(0o755)  # as root, the postgres user must reach the folder
+    try:
+        up = script("up", str(folder))
+        assert up.returncode == 0, up.stderr[-3000:]
+        assert (folder / "pg" / "postmaster.pid").is_file() and (folder / "ray-head.started").is_file()
+        down = script("down", str(folder))
+        assert down.returncode == 0 and not folder.exists(), down.stderr
+    finally:
+        if folder.exists():
+            script("down", str(folder))
+        shutil.rmtree(folder.parent, ignore_errors=True)
+
+
+# -- a full disk under a disk client table (issue 42, section 5) ------------------------------
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 1 MiB tmpfs (root only: mount(8)); skipped where it cannot be made."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.slow
+def test_a_full_disk_under_a_disk_client_table_is_one_line_failed_and_keeps_the_checkpoint(tmp_path, tiny_disk):
+    """The table's memory-mapped rows on a file system that fills up: was a SIGBUS, no message, the
+    MLflow run RUNNING; now one line, FAILED, the last checkpoint kept, and resume completes the run."""
+    from tests.faultkit import runs
+
+    db, run_dir = tmp_path / "m.db", tiny_disk / "run"
+    args = ["dataset=synthetic", "dataset.generator=per_user", "dataset.num_users=5000", "dataset.eval_users=20",
+            "partition=natural", "num_clients=5000", "clients_per_round=10", "algorithm=scaffold",
+            "engine.client_state_device=disk", "local_steps=2", "local_epochs=null", "engine.threads=1",
+            "tracking.artifacts=false", "rounds=60", "tracking.checkpoint_every=3", f"tracking.uri=sqlite:///{db}",
+            f"hydra.run.dir={run_dir}"]
+    out = fedbench("run", *args, cwd=tmp_path, timeout=600)
+    assert out.returncode == 1, (out.returncode, out.stderr[-2000:])
+    [line] = error_lines(out.stderr)
+    assert "no space left" in line and "client_state" in line and "is kept" in line, line
+    _, [run] = runs(db)
+    assert run.info.status == "FAILED"
+    assert (run_dir / "checkpoint.pt").is_file()
+    subprocess.run(["mount", "-o", "remount,size=64m", str(tiny_disk)], check=True)  # space freed
+    resumed = fedbench("resume", str(run_dir), cwd=tmp_path, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    _, [run] = runs(db)
+    assert run.info.status == "FINISHED"

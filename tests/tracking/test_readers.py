@@ -1,0 +1,73 @@
+"""What a reader of the record (`fedbench report`, `fedbench plot`) does to a store and what it
+writes (issue 42, sections 3 and 5): it opens only an existing MLflow store and writes nothing into
+it, reaches a server at once or says so in one line, waits for a locked store saying what it waits
+for and gives up in one line after a bounded time, and writes no password into a page or a file."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from tests.faultkit import error_lines, fedbench
+from tests.tracking.test_report import cli, store  # noqa: F401  (the module's MLflow store fixture)
+
+SECRET = "Hunter2-s3cret#pw/x"
+
+
+def test_an_empty_file_given_to_a_reader_stays_empty_and_is_refused_in_one_line(tmp_path):
+    empty = tmp_path / "e.db"
+    empty.touch()
+    out = fedbench("report", "--uri", f"sqlite:///{empty}", cwd=tmp_path, timeout=120)
+    assert out.returncode == 2 and len(error_lines(out.stderr)) == 1, out.stderr[-2000:]
+    assert "not an MLflow store" in out.stderr and str(empty) in out.stderr
+    assert empty.stat().st_size == 0 and sorted(p.name for p in tmp_path.iterdir()) == ["e.db"]  # no lock file either
+
+
+def test_a_reader_leaves_an_existing_store_as_it_was(store, tmp_path):  # noqa: F811
+    uri, folder = store
+    before = sorted(p.name for p in folder.iterdir())
+    out = cli("report", "--uri", uri)
+    assert out.exit_code == 0, out.output
+    assert sorted(p.name for p in folder.iterdir()) == before  # no m.db.lock made by a reader
+
+
+def test_a_refused_server_is_one_line_at_once(tmp_path):
+    start = time.monotonic()
+    out = fedbench("report", "--uri", "http://127.0.0.1:9", cwd=tmp_path, timeout=200)
+    took = time.monotonic() - start
+    assert out.returncode != 0 and error_lines(out.stderr) == [line for line in out.stderr.splitlines() if line], out.stderr
+    assert len(error_lines(out.stderr)) == 1 and "127.0.0.1:9" in out.stderr and took < 30, (took, out.stderr)
+
+
+def test_a_reader_waiting_on_a_locked_store_says_so_and_gives_up_in_one_line(store, tmp_path, monkeypatch):  # noqa: F811
+    from filelock import FileLock
+
+    uri, folder = store
+    monkeypatch.setenv("FEDBENCH_STORE_WAIT", "2")
+    lock = FileLock(str(folder / "m.db.lock"))  # as a run creating or migrating the store holds it
+    with lock:
+        start = time.monotonic()
+        out = fedbench("report", "--uri", uri, cwd=tmp_path, timeout=120)
+        took = time.monotonic() - start
+    (folder / "m.db.lock").unlink()
+    assert out.returncode != 0 and len(error_lines(out.stderr)) == 1, out.stderr[-2000:]
+    assert out.stderr.startswith("waiting for ") and "m.db.lock" in out.stderr.splitlines()[0]
+    assert "gave up after 2 s" in error_lines(out.stderr)[0] and took < 60
+
+
+def test_no_password_of_the_command_line_or_environment_is_written_into_the_page(store, tmp_path, monkeypatch):  # noqa: F811
+    uri, _ = store
+    fmt = "html"
+    page = tmp_path / f"report.{fmt}"
+    typed = f"postgresql+psycopg2://alice:{SECRET}@db.example:5432/mlflow"  # as a user typed it
+    args = ["report", "--uri", uri, "--format", fmt, "--output", str(page)]
+    monkeypatch.setattr(sys, "argv", ["fedbench", *args, "--experiment", "fedbench", f"--filter=params.x = '{typed}'"])
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "Tr0ub4dor-env")
+    monkeypatch.setattr("fedbench.tracking.report.shared_heading", lambda frame: "Tr0ub4dor-env")  # a value shown
+    out = cli(*args)
+    assert out.exit_code == 0, out.output
+    text = page.read_text()
+    assert SECRET not in text and "Tr0ub4dor-env" not in text
+    assert "alice:***@db.example" in text  # the provenance still shows the command
