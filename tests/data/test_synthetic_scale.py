@@ -158,14 +158,14 @@ def test_a_population_whose_set_up_cannot_fit_is_refused_before_it_is_made(monke
     """Issue 42 §5: dataset.num_users=10^9 allocated 9 GB of per-user sizes at set-up and died in a
     traceback; the set-up's estimate (per user, and per evaluated user) is checked against the memory
     available first."""
-    import fedbench.runs.batched as batched
+    import fedbench.runs.memory as memory
     from fedbench.core.errors import ConfigError
     from fedbench.runs.build import build_federation
     from tests.conftest import make_cfg
 
     users = ("dataset=synthetic", "partition=natural", "dataset.num_users=2000000", "num_clients=2000000",
              "dataset.eval_users=10")
-    monkeypatch.setattr(batched, "available_bytes", lambda device: 100 * 2**20)  # it takes 130-150 MB
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 100 * 2**20)  # it takes 130-150 MB
     with pytest.raises(ConfigError, match=r"^dataset.num_users=2000000 with dataset.eval_users=10 holds each user's "
                                           r"size and weight and 10 users' test data \(~0.2 GiB, more than this machine "
                                           r"has available\); choose fewer users"):
