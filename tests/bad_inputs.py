@@ -216,6 +216,10 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("report --uri sqlite:///{tmp}/typo.db", "no MLflow store at <tmp>/typo.db"),
     ("report --uri {tmp}/no_such_folder", "no MLflow store at <tmp>/no_such_folder"),
     ("plot --uri sqlite:///{tmp}/typo.db --output {tmp}/p", "no MLflow store at <tmp>/typo.db"),
+    # issue 40 (a reproduction's seeds): the keys a reproduction sets per job are refused, the seeds chosen with --seeds
+    ("reproduce losac/fig6 --scale ci seed=5", "seed=5: a reproduction sets seed per job (choose a reproduction's seeds with --seeds"),
+    ("reproduce losac/fig6 tracking.run_name=mine", "tracking.run_name=mine: a reproduction sets tracking.run_name per job"),
+    ("reproduce losac/fig6 --seeds 3-1", "--seeds '3-1': expected seeds >= 0 as a range, a list or both"),
 ]
 
 
