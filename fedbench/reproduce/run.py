@@ -353,10 +353,13 @@ def rounds_convention(rep: Reproduction, table: pd.DataFrame) -> str:
     metrics = [m for m in rep.metrics if m.is_rounds and m.name in shown]
     if not metrics:
         return ""
-    parts = [f"{m.name} = r* - {m.offset}, the paper's convention (r* = the first round, counting from 1, whose "
-             f"{m.source} reaches {m.target:g}; run summaries and figures show r*)" if m.offset else
-             f"{m.name} = the first round, counting from 1, whose {m.source} reaches {m.target:g}" for m in metrics]
-    return "Rounds to target: " + "; ".join(dict.fromkeys(parts)) + "."
+    parts = []
+    for offset in dict.fromkeys(m.offset for m in metrics):
+        names = ", ".join(m.name for m in metrics if m.offset == offset)
+        parts.append(f"{names} = r* - {offset}, the paper's convention (r* = the first round, counting from 1, whose "
+                     "value reaches the target; run summaries and figures show r*)" if offset else
+                     f"{names} = the first round, counting from 1, whose value reaches the target")
+    return "Rounds to target: " + "; ".join(parts) + "."
 
 
 def seeds_rule(n: int) -> str:
