@@ -28,7 +28,9 @@ OUTPUTS = Path("outputs") / "reproduce"
 # keys a reproduction sets per job itself: an override of them would be silently replaced, so it is refused
 OWN_KEYS = {"seed": "choose a reproduction's seeds with --seeds (e.g. --seeds 0-4, --seeds 5, --seeds 0,3,7)",
             "tracking.experiment": "a reproduction records into the experiment named after it",
-            "tracking.run_name": "a reproduction names its runs <stamp>-<arm>"}
+            "tracking.run_name": "a reproduction names its runs <stamp>-<arm>",
+            "experiment": "a reproduction runs its entry's preset; run another entry by its name",
+            "scale": "choose a reproduction's scale with --scale"}
 
 
 def refuse_own_keys(extra: tuple[str, ...]) -> None:

@@ -5,6 +5,8 @@ carrying what the Markdown carries, and the FedADMM arms and Fig. 6 criteria as 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -95,6 +97,10 @@ def test_seed_override_is_refused_in_one_line_and_seeds_are_chosen_with_an_optio
     assert CliRunner().invoke(cli_app, ["reproduce", "losac/fig6", "--seeds", "0-4"]).exit_code == 0
     assert taken["seeds"] == (0, 1, 2, 3, 4)
     assert parse_seeds("5") == (5,) and parse_seeds("0-2,7") == (0, 1, 2, 7)
+    for item in ("experiment=fedadmm/fig6", "scale=losac/fig6/ci", "+tracking.experiment=x"):  # a second one was ignored
+        with pytest.raises(ConfigError, match=f"^{re.escape(item)}: a reproduction sets"):
+            run_module.refuse_own_keys(("engine.threads=1", item))
+    run_module.refuse_own_keys(("engine.threads=1", "rounds=3", "seed_offset=1"))  # applied to every job
     bad = CliRunner().invoke(cli_app, ["reproduce", "losac/fig6", "--seeds", "3-1"])
     assert isinstance(bad.exception, ConfigError) and str(bad.exception).startswith("--seeds '3-1'")
 
