@@ -201,7 +201,7 @@ register(Reproduction(
                       note="every method's lr tuned over the paper's grid {0.01, 0.1, 0.2, 0.5} (A4); cut: FedProx's rho "
                            "not tuned (the paper tunes it over 4 values; here it stays 0.1, as tuning it too would give "
                            "FedProx 16 candidates to the others' 4)"),
-        "ci": Scale(table3_ci_arms(), (0, 1, 2), "cpu", "~3 min on 2 CPU cores", ("fmnist",),
+        "ci": Scale(table3_ci_arms(), (0, 1, 2), "cpu", "~12 min on 2 CPU cores", ("fmnist",),
                     config="fedadmm/table3/ci", tune=lr_tuning([*TABLE3_METHODS]),
                     paper_groups={"FMNIST (1000) IID proxy": "FMNIST (1000) IID"},
                     note="the FMNIST (1,000) IID column: 60 images per client, E = 20 full-batch epochs (FedADMM and "
@@ -409,7 +409,7 @@ register(Reproduction(
     metrics=(EARLY, EARLIER, BEFORE_SWITCH, LAST20, Metric("final_acc", "at", scale=100)),
     scales={"full": Scale(fig6_arms(("IID", "non-IID"), (0.5, 1.0, 1.5)), (0, 1, 2), "gpu", "8 arms x 3 seeds x 100 rounds: ~2 GPU-hours",
                           ("fmnist",), config="fedadmm/fig6/full"),
-            "ci": Scale(fig6_arms(("IID", "non-IID"), (0.5, 1.0, 1.5)), (0, 1, 2), "cpu", "~6 min on 2 CPU cores", ("fmnist",),
+            "ci": Scale(fig6_arms(("IID", "non-IID"), (0.5, 1.0, 1.5)), (0, 1, 2), "cpu", "~20 min on 2 CPU cores", ("fmnist",),
                         config="fedadmm/fig6/ci",
                         note="both panels, eta in {0.5, 1, 1.5}, and on the non-IID panel a constant-eta control per eta "
                              "above 0.5, in the preset's setting (100 clients, IID or 2 label shards each, 10 per round, "
