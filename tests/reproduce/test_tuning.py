@@ -192,3 +192,14 @@ def test_by_first_ranks_by_the_entrys_error_where_the_first_round_at_a_target_wo
         if by_first:
             assert set(tuning["by"]) == {"final_err"} and "collapsed (seed 1)" in tuning.set_index("setting")["shown"]["eta_l=1"]
     assert chosen == {False: ["eta_l=0.1"], True: ["eta_l=0.5"]}
+
+
+def test_fedsso_table1_ci_compares_both_methods_at_their_tuned_step_sizes():
+    """Table 1 compares "optimal hyper-parameters": FedAvg is tuned as FedSSO is (it ran untuned at FedSSO's
+    alpha = 0.01), over a grid that reaches alpha = 1 (88% in 6-8 rounds) and beyond."""
+    scale = CATALOG["fedsso/table1"].scales["ci"]
+    assert scale.tune is not None and set(scale.tune.grid) == {"FedAvg", "FedSSO"} and not scale.tune.fixed
+    assert len(scale.tune.grid["FedAvg"]) == len(scale.tune.grid["FedSSO"]) == 6
+    assert {"eta_l=1", "eta_l=3"} <= {" ".join(c) for c in scale.tune.grid["FedAvg"]}
+    assert {c[1] for c in scale.tune.grid["FedSSO"]} == {"eta_g=0.3", "eta_g=1"}
+    assert "not tuned" not in scale.note and "FedAvg alpha in {0.01, 0.03, 0.1, 0.3, 1.0, 3.0}" in scale.note
