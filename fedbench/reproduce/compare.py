@@ -273,8 +273,10 @@ def tuning_table(rep: Reproduction, scale: Scale, measured: pd.DataFrame) -> pd.
 
 
 def guard_metric(rep: Reproduction, group: str, primary_name: str) -> str:
-    """The metric whose collapses the stability guard reads: the group's rounds-to-target (also when `tune.by`
-    ranks), else the primary metric."""
+    """The metric whose collapses the stability guard reads: the primary metric when it is a rounds-to-target, else
+    the group's first rounds-to-target (when `tune.by` ranks by an error), else the primary metric."""
+    if any(m.name == primary_name and m.is_rounds for m in rep.metrics):
+        return primary_name
     return next((m.name for m in rep.metrics if m.is_rounds and m.applies(group)), primary_name)
 
 

@@ -17,9 +17,11 @@ TAIL = Metric("tail_rel_error", "mean_last", "stationarity", last=100)
 
 
 # "we use hand-tuned step sizes" (the paper): every method's eta over the same multiples of 1/L_max, per tau and
-# per batch size (composite.md §4.1, review note), wide enough to pass each method's stability limit (eta~ lambda > 2)
-LMAX_MULTIPLES = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
-CI_LMAX_MULTIPLES = (0.5, 2.0, 8.0, 32.0)  # the same span in powers of 4: the ci grid is 4/7 of the full one's work
+# per batch size (composite.md §4.1, review note), wide enough to pass each method's stability limit (eta~ lambda > 2;
+# L_max is 17-60x the curvature at x*) and to bracket the small steps that FedDA and FedMid prefer at tau = 5 (a ci
+# run over {0.5, 2, 8, 32} chose 32 for fedcomp and FedDA at tau = 1 and 0.5 for FedDA and FedMid at tau = 5: edges)
+LMAX_MULTIPLES = tuple(2.0**k for k in range(-3, 8))  # 1/8 ... 128
+CI_LMAX_MULTIPLES = tuple(2.0**k for k in range(-3, 8, 2))  # the same span in powers of 4
 FLOAT64_FLOOR = 1e-12  # "machine precision": the float64 floor of e_r on this problem (2e-14 ... 3e-13 measured)
 METHODS = ("fedcomp", "FedDA", "FedMid", "Fast-FedDA")
 
@@ -73,8 +75,10 @@ def grid_text(multiples) -> str:
 
 
 TUNED, CI_TUNED = grid_text(LMAX_MULTIPLES), grid_text(CI_LMAX_MULTIPLES)
-FIG2_FULL_COMPUTE = "8 arms x 7 step sizes x 5 seeds x 2000 rounds"
-FIG2_CI_COMPUTE = "8 arms x 4 step sizes x 3 seeds x 600 rounds"
+# measured: 8 arms x 4 step sizes x 3 seeds x 600 rounds took 2385 s on the 2-core CPU at load ~17 (41 ms per arm and
+# round; the 2026-11-25 record ran 1 thread on a quiet CPU at ~11 ms); the full scale is ~15x the ci's arm-rounds
+FIG2_FULL_COMPUTE = "8 arms x 11 step sizes x 5 seeds x 2000 rounds: ~2.5 h on a quiet 2-core CPU (~10 h loaded)"
+FIG2_CI_COMPUTE = "8 arms x 6 step sizes x 3 seeds x 600 rounds: ~15 min on a quiet 2-core CPU (~1 h loaded)"
 
 
 def fig2_arms(taus) -> tuple[Arm, ...]:
@@ -178,10 +182,12 @@ register(Reproduction(
     claim="fedcomp converges to a neighbourhood that shrinks from b = 1 to b = 20 and beats FedDA and Fast-FedDA",
     metrics=(TAIL, ERR),
     scales={
-        "full": Scale(fig3_arms((1, 20)), (0, 1, 2, 3, 4), "cpu", "6 arms x 7 step sizes x 5 seeds x 2000 rounds",
+        "full": Scale(fig3_arms((1, 20)), (0, 1, 2, 3, 4), "cpu", "6 arms x 11 step sizes x 5 seeds x 2000 rounds: ~2 h on a quiet "
+                      "2-core CPU",
                       note=f"eta tuned per method and batch size over {TUNED}",
                       tune=eta_tune(FIG3_METHODS, LMAX_MULTIPLES, "tail_rel_error")),
-        "ci": Scale(fig3_arms((1, 20)), (1, 2, 3), "cpu", "6 arms x 4 step sizes x 3 seeds x 600 rounds",
+        "ci": Scale(fig3_arms((1, 20)), (1, 2, 3), "cpu", "6 arms x 6 step sizes x 3 seeds x 600 rounds: ~12 min on a quiet "
+                    "2-core CPU",
                     config="composite/fig3/ci", note=f"seeds 1-3, 600 rounds; eta tuned per method and batch size over {CI_TUNED}",
                     tune=eta_tune(FIG3_METHODS, CI_LMAX_MULTIPLES, "tail_rel_error")),
     },

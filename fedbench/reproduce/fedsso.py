@@ -36,6 +36,7 @@ TABLE1_METRICS = tuple(rounds_to(t, offset=1, only=tuple(g for g, b in BLOCKS.it
 # its stability limit (FedAvg at alpha = 1 reaches 88% in 6-8 rounds on digits; FedSSO has a second step, eta)
 CI_FEDAVG_ALPHAS = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
 CI_FEDSSO_ALPHAS, CI_FEDSSO_ETAS = (0.001, 0.01, 0.1), (0.3, 1.0)
+CI_TOP = "rounds_to_0.88"  # the threshold the ci claim is about picks the winners (every method reaches 0.4 in round 1)
 
 
 def table1_arms(blocks) -> tuple[Arm, ...]:
@@ -77,12 +78,13 @@ register(Reproduction(
                     config="fedsso/table1/ci", paper_groups={"digits MCLR": "MNIST MCLR"},
                     note="digits over 20 PFL-Non-IID clients (least_samples 2), MCLR, tau = 5, B = 10, 20 rounds, 3 seeds; "
                          f"each method at its optimal hyper-parameters as Table 1 compares them, tuned over 6 candidates each "
-                         f"(the same rule, the stability guard included): FedAvg alpha in {{{', '.join(map(format, CI_FEDAVG_ALPHAS))}}}, FedSSO "
+                         f"by the fewest rounds to 0.88 (the same rule, the stability guard included): FedAvg alpha in {{{', '.join(map(format, CI_FEDAVG_ALPHAS))}}}, FedSSO "
                          f"alpha in {{{', '.join(map(format, CI_FEDSSO_ALPHAS))}}} x eta in {{{', '.join(map(format, CI_FEDSSO_ETAS))}}}; "
                          "cut: FedAvg and FedSSO only (not SCAFFOLD, FedDANE, FedNL), one threshold (0.88), the other three "
                          "blocks not run",
                     tune=Tune({"FedAvg": candidates(axis("eta_l", CI_FEDAVG_ALPHAS)),
-                               "FedSSO": candidates(axis("eta_l", CI_FEDSSO_ALPHAS), axis("eta_g", CI_FEDSSO_ETAS))})),
+                               "FedSSO": candidates(axis("eta_l", CI_FEDSSO_ALPHAS), axis("eta_g", CI_FEDSSO_ETAS))},
+                              by=CI_TOP, lower=True, by_first=True)),
     },
     check=check_table1,
 ))

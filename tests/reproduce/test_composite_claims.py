@@ -110,4 +110,6 @@ def test_every_composite_method_is_tuned_over_one_grid_of_multiples_of_1_over_lm
             assert set(scale.tune.grid) == methods and not scale.tune.fixed
             for grid in scale.tune.grid.values():
                 assert [c[0] for c in grid] == [f"eta_l='${{logistic_inv_lmax:${{dataset}},{k:g}}}'" for k in multiples]
-    assert min(LMAX_MULTIPLES) <= 0.5 and max(LMAX_MULTIPLES) >= 32  # FedMid's 1/2 ... past fedcomp's tau = 1 limit (16)
+    # below FedMid's 1/2 and the 1/2 FedDA chose at tau = 5, past fedcomp's and FedDA's choice of 32 at tau = 1 (ci)
+    for multiples in (LMAX_MULTIPLES, CI_LMAX_MULTIPLES):
+        assert min(multiples) < 0.5 and max(multiples) > 32
