@@ -14,7 +14,7 @@ SQLAlchemy's make_url for a database URI (a password runs to the first '@' and m
   ~/.pgpass for PostgreSQL.
 - Out: `redact` rewrites any text so that no URI password, no password-like query parameter and no
   password fedbench was given shows: `install` applies it to this process's stdout/stderr and to
-  every log record (Hydra's job log files included), `install_hydra_redaction` to the .hydra/ files
+  every log record (Hydra's job log files included), runs.hydra_app.install_hydra_redaction to the .hydra/ files
   Hydra writes (a password from a --config-dir or FEDBENCH_CONF file included), the recorder to what
   it sends to MLflow, the report to its pages and files.
 """
@@ -272,25 +272,6 @@ def redact_tree(node, key: str = ""):
             return f"{name}={MASK}"
         return MASK if key and is_secret_name(key) and node else redact_value(node)
     return node
-
-
-def install_hydra_redaction() -> None:
-    """Hydra writes .hydra/{config,hydra,overrides}.yaml itself (hydra.core.utils._save_config); every
-    one goes through `redact_tree` first, whatever channel a secret came in by (a --config-dir file,
-    FEDBENCH_CONF, an override). Idempotent; wraps whatever writer is installed."""
-    import hydra.core.utils as hydra_utils
-    from omegaconf import OmegaConf
-
-    save = hydra_utils._save_config
-    if getattr(save, "redacting", False):
-        return
-
-    def redacting_save(cfg, filename, output_dir):
-        plain = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
-        return save(OmegaConf.create(redact_tree(plain)), filename, output_dir)
-
-    redacting_save.redacting = True
-    hydra_utils._save_config = redacting_save
 
 
 def install() -> None:

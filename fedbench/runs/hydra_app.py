@@ -97,6 +97,27 @@ def record_config_dirs(out: Path, hc) -> tuple[str | None, list[str]]:
     return conf, dirs
 
 
+def install_hydra_redaction() -> None:
+    """Hydra writes .hydra/{config,hydra,overrides}.yaml itself (hydra.core.utils._save_config); every
+    one goes through `redact_tree` first, whatever channel a secret came in by (a --config-dir file,
+    FEDBENCH_CONF, an override). Idempotent; wraps whatever writer is installed."""
+    import hydra.core.utils as hydra_utils
+    from omegaconf import OmegaConf
+
+    from fedbench.core.secrets import redact_tree
+
+    save = hydra_utils._save_config
+    if getattr(save, "redacting", False):
+        return
+
+    def redacting_save(cfg, filename, output_dir):
+        plain = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+        return save(OmegaConf.create(redact_tree(plain)), filename, output_dir)
+
+    redacting_save.redacting = True
+    hydra_utils._save_config = redacting_save
+
+
 def _hydra_task(cfg) -> float:
     """One Hydra job; returns the sweep objective (tracking.objective; NaN for a failed job)."""
     from fedbench.core.secrets import install
@@ -242,7 +263,7 @@ def hydra_main(argv: list[str]) -> int:
     from fedbench.tracking import writer
 
     from fedbench.core.errors import ConfigError
-    from fedbench.core.secrets import install, install_hydra_redaction, withhold
+    from fedbench.core.secrets import install, withhold
 
     install()
     install_hydra_redaction()  # .hydra/ holds no secret, whichever channel brought it (a config file too)
