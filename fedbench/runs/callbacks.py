@@ -84,11 +84,17 @@ class SweepCallback(Callback):
         probe_server(uri)
         open_store(uri, config.tracking.experiment)
         own_folder(config, "hydra.sweep.dir", "sweep directory", resume=True)  # a relaunch continues its jobs
-        if "joblib" in str(OmegaConf.select(config, "hydra.launcher._target_", default="")).lower():
+        launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
+        global STOPPING  # the jobs run in worker processes: a signal is forwarded to them
+        if "joblib" in launcher.lower():
             from fedbench.runs.interrupts import SweepStop
 
-            global STOPPING  # the jobs run in worker processes: a signal is forwarded to them
             STOPPING = SweepStop(Path(str(config.hydra.sweep.dir))).__enter__()
+        elif launcher.endswith("hydra_ray_launcher.ray_launcher.RayLauncher"):
+            from fedbench.runs.interrupts import SweepStop
+
+            start_ray(config)  # first: ray.init sets its own SIGTERM handler, which would replace the forwarding
+            STOPPING = SweepStop(Path(str(config.hydra.sweep.dir)), workers=list, remote=True).__enter__()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from fedbench.runs.single import mlflow_hint
@@ -98,6 +104,17 @@ class SweepCallback(Callback):
         uri = resolve_tracking_uri(config.tracking.get("uri"))
         print(f"\nfedbench: sweep {config.hydra.sweep.dir}: open the runs with {mlflow_hint(uri)}\n"
               f"fedbench: its table: {report_command(config)}")
+
+
+def start_ray(config: DictConfig) -> None:
+    """Connect to Ray as Hydra's Ray launcher would (it then finds Ray started), with its default for
+    object_store_memory (hydra_ray_launcher._core.launch)."""
+    from hydra_plugins.hydra_ray_launcher._launcher_util import start_ray as hydra_start_ray
+
+    init = OmegaConf.to_container(OmegaConf.select(config, "hydra.launcher.ray.init", default=None) or {},
+                                  resolve=True)
+    init.setdefault("object_store_memory", 78643200)
+    hydra_start_ray(OmegaConf.create(init))
 
 
 def collect_failures(sweep_dir: Path) -> list[str]:

@@ -121,9 +121,17 @@ def install_hydra_redaction() -> None:
 def _hydra_task(cfg) -> float:
     """One Hydra job; returns the sweep objective (tracking.objective; NaN for a failed job)."""
     from fedbench.core.secrets import install
-    from fedbench.runs.interrupts import arm_worker, sweep_stop_file
+    from fedbench.runs.interrupts import STOP_NAME, StopWatch, arm_worker, in_ray_task, sweep_stop_file
 
     install()  # a launcher's worker process prints and logs too
+    if in_ray_task():  # Hydra's Ray launcher: the parent's stop comes through the stop file in the sweep folder
+        from hydra.core.hydra_config import HydraConfig
+
+        stop = Path(str(HydraConfig.get().sweep.dir)).absolute() / STOP_NAME
+        if stop.exists():  # queued when the sweep was stopped
+            return stopped(current_job(cfg), "not started")
+        with StopWatch(stop):
+            return _run(cfg, current_job(cfg), worker=True)
     stop = sweep_stop_file()  # in a joblib worker: the parent's stop, if it was asked
     if stop is not None:
         arm_worker(True)

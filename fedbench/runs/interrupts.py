@@ -145,9 +145,10 @@ class SweepStop:
     every worker, and the parent waits for the jobs to checkpoint and report; a second one is forwarded
     too (the workers stop at once, their last periodic checkpoint kept) and ends the parent."""
 
-    def __init__(self, sweep_dir: Path, workers=joblib_workers):
+    def __init__(self, sweep_dir: Path, workers=joblib_workers, remote: bool = False):
         self.stop_file = Path(sweep_dir).absolute() / STOP_NAME
         self.workers = workers
+        self.remote = remote  # the jobs are Ray tasks, maybe on other nodes: they read the stop file (StopWatch)
         self.signum: int | None = None
         self._previous: dict[int, object] = {}
 
@@ -176,15 +177,21 @@ class SweepStop:
                 pass
         return len(pids)
 
+    def ask(self, signum: int) -> None:
+        """One line per signal in the stop file: a Ray task's StopWatch takes each as that signal."""
+        with self.stop_file.open("a") as f:
+            f.write(f"{signum}\n")
+
     def _handler(self, signum, frame):
         if self.signum is not None:
+            self.ask(signum)
             self.forward(signum)
             raise Interrupted(self.signum)
-        if not self.workers():  # none (yet), or the jobs run in this process (n_jobs=1): as without a sweep
+        if not self.remote and not self.workers():  # none (yet), or the jobs run in this process (n_jobs=1)
             RECEIVED.append(signum)
             raise Interrupted(signum)
         self.signum = signum
-        self.stop_file.touch()
+        self.ask(signum)
         self.forward(signum)
         print(f"\nfedbench: {describe(signum)}: each running job saves a checkpoint after its current round and no "
               "other starts; waiting for them (signal again to stop now)", file=sys.stderr, flush=True)
@@ -207,3 +214,62 @@ def arm_worker(armed: bool) -> None:
     if threading.current_thread() is threading.main_thread():
         for signum in SIGNALS:
             signal.signal(signum, _raise if armed else signal.SIG_IGN)
+
+
+# A sweep whose jobs are Ray tasks (hydra/launcher=ray_cluster, the batched launcher's Ray path): the parent cannot
+# signal a process on another node, so it writes each signal into the stop file on the shared sweep folder
+# (SweepStop with remote=True) and a thread of the task turns it into that signal here.
+def in_ray_task() -> bool:
+    """Whether this process runs a Ray task now (a Ray worker; the driver has no task)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return False
+    try:
+        return ray.get_runtime_context().get_task_id() is not None
+    except Exception:  # noqa: BLE001 - not inside Ray after all
+        return False
+
+
+class StopWatch:
+    """In a Ray task of a sweep: each signal the parent wrote into `stop_file` runs this process's handler for it
+    (_thread.interrupt_main, in the main thread where the task trains): the first checkpoints the run after its
+    current round (GracefulInterrupt), a second stops at once. Outside training either raises Interrupted, as in
+    a joblib worker (arm_worker); the task's own handlers (Ray's) are back when it ends."""
+
+    def __init__(self, stop_file: Path, poll: float = 0.2):
+        self.stop_file = Path(stop_file)
+        self.poll = poll
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopWatch:
+        RECEIVED.clear()  # an earlier task's signal in this worker is not this one's
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, _raise) for s in SIGNALS}
+        self._thread = threading.Thread(target=self._watch, name="fedbench-stop-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
+
+    def _watch(self) -> None:
+        known = {int(s) for s in SIGNALS}
+        seen = 0
+        while not self._done.wait(self.poll):
+            try:
+                asked = self.stop_file.read_text().split()
+            except OSError:  # not (yet) asked
+                continue
+            for value in asked[seen:]:
+                if value.isdigit() and int(value) in known:
+                    import _thread
+
+                    _thread.interrupt_main(int(value))
+            seen = max(seen, len(asked))

@@ -74,7 +74,8 @@ def launch_batched(hydra_context, config, job_overrides: Sequence[Sequence[str]]
         print(f"fedbench:   {line}", flush=True)
     grouped = [([jobs[i] for i in members], [specs[i] for i in members]) for members in groups]
     try:
-        values = on_ray(ray, grouped) if ray else [train_group(*group) for group in grouped]
+        values = (on_ray(ray, grouped, Path(str(config.hydra.sweep.dir))) if ray
+                  else [train_group(*group) for group in grouped])
     except KeyboardInterrupt as exc:  # every job named: the group's lanes checkpointed, later groups not started
         interrupted_jobs(jobs, exc)
     for members, group_values in zip(groups, values):
@@ -98,12 +99,35 @@ def train_group(jobs: list[HydraJob], specs: list[GroupJob]) -> list[float]:
             for job, result in zip(jobs, results)]
 
 
-def on_ray(ray_cfg: dict, grouped: list[tuple[list[HydraJob], list[GroupJob]]]) -> list[list[float]]:
+def on_ray(ray_cfg: dict, grouped: list[tuple[list[HydraJob], list[GroupJob]]], sweep_dir: Path) -> list[list[float]]:
     """Each group as one Ray task (`num_cpus` each; retried `max_retries` times when its node dies, the jobs
-    then continuing from their checkpoints in their MLflow runs, as a relaunched sweep does)."""
+    then continuing from their checkpoints in their MLflow runs, as a relaunched sweep does). A first SIGINT or
+    SIGTERM reaches every task through the sweep's stop file (runs.interrupts.SweepStop, StopWatch): each
+    checkpoints its lanes after their round, queued groups do not start, and launch_batched names every job;
+    a second one stops at once."""
     import ray
 
-    if not ray.is_initialized():
+    from fedbench.runs.interrupts import Interrupted, SweepStop
+
+    if not ray.is_initialized():  # first: ray.init sets its own SIGTERM handler, which would replace SweepStop's
         ray.init(address=ray_cfg.get("address") or "auto", log_to_driver=True)
-    task = ray.remote(num_cpus=ray_cfg.get("num_cpus", 1), max_retries=int(ray_cfg.get("max_retries", 3)))(train_group)
-    return ray.get([task.remote(jobs, specs) for jobs, specs in grouped])
+    task = ray.remote(num_cpus=ray_cfg.get("num_cpus", 1), max_retries=int(ray_cfg.get("max_retries", 3)))(group_task)
+    with SweepStop(sweep_dir, workers=list, remote=True) as stop:
+        values = ray.get([task.remote(stop.stop_file, jobs, specs) for jobs, specs in grouped])
+    if stop.signum is not None:
+        raise Interrupted(stop.signum)
+    return values
+
+
+def group_task(stop_file: Path, jobs: list[HydraJob], specs: list[GroupJob]) -> list[float] | None:
+    """One group in a Ray task: trained while the parent's stop file allows; None once stopped (its lanes
+    checkpointed after their round, or never started), the parent naming each job and its round."""
+    from fedbench.runs.interrupts import StopWatch
+
+    if stop_file.exists():  # queued when the sweep was stopped
+        return None
+    with StopWatch(stop_file):
+        try:
+            return train_group(jobs, specs)
+        except KeyboardInterrupt:
+            return None

@@ -178,7 +178,7 @@ def test_a_batched_grid_goes_to_the_cluster_one_ray_task_per_group(cluster, tmp_
     assert out.returncode == 0, out.stderr[-4000:]
     shown = out.stdout + out.stderr
     assert f"4 job(s) in 2 group(s) as Ray tasks on {cluster.ray_address}" in shown
-    assert shown.count("(train_group pid=") >= 2  # the groups trained in Ray's worker processes
+    assert shown.count("(group_task pid=") >= 2  # the groups trained in Ray's worker processes (launch.group_task)
     found = cluster.runs("batched_ray")
     assert len(found) == 4 and {r.info.status for r in found} == {"FINISHED"}
     assert {r.data.tags["batched_lanes"] for r in found} == {"2"}

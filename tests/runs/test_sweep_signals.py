@@ -1,6 +1,8 @@
 """Signals reach every process that trains (issue 42, section 6): SIGTERM to a joblib sweep is forwarded to
 its workers, each checkpoints its run, and the parent says which job stopped at which round and how to
-continue it; SIGTERM to the batched launcher names every job it stopped."""
+continue it; SIGTERM to the batched launcher names every job it stopped; SIGTERM to a sweep whose jobs are
+Ray tasks (Hydra's Ray launcher, the batched launcher's Ray path) reaches the tasks through the sweep's stop file,
+and each checkpoints its run."""
 
 from __future__ import annotations
 
@@ -8,12 +10,14 @@ import contextlib
 import re
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.faultkit import SMALL, error_lines, fedbench, runs, start
+from tests.faultkit import SMALL, env, error_lines, fedbench, runs, start
 from tests.runs.test_resume import checkpoint_round
 
 
@@ -107,3 +111,89 @@ def test_the_sweep_parent_forwards_the_first_signal_and_stops_at_the_second(tmp_
         with pytest.raises(interrupts.Interrupted):
             stop._handler(signal.SIGTERM, None)
         assert stop.signum is None and not (tmp_path / ".fedbench-stop").exists()
+
+
+def start_on(cluster, *args: str, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "fedbench.cli", *args], cwd=cwd, env={**env(), **cluster.exported},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def stopped_rounds(db: Path, jobs: dict[int, str]) -> set[int]:
+    """Every run of the record KILLED at the round of its checkpoint, named with it and its resume command;
+    the job numbers of those runs."""
+    _, record = runs(db)
+    nums = set()
+    for r in record:
+        run_dir = Path(r.data.tags["run_dir"])
+        stopped = checkpoint_round(run_dir / "checkpoint.pt")
+        assert r.info.status == "KILLED" and 1 <= stopped == int(r.data.tags["failure_round"]) < 20000
+        assert jobs[int(run_dir.name)].endswith(f"stopped at round {stopped}; continue with: fedbench resume {run_dir}"), \
+            jobs[int(run_dir.name)]
+        nums.add(int(run_dir.name))
+    return nums
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_ray_launcher_sweep_checkpoints_every_ray_task_and_names_each(cluster, tmp_path):
+    """Two Ray nodes of one CPU: two jobs train as Ray tasks, the third waits in Ray's queue."""
+    db, sweep = tmp_path / "m.db", tmp_path / "sweep"
+    proc = start_on(cluster, "run", "-m", "hydra/launcher=ray_cluster", "seed=0,1,2", *SMALL, "rounds=20000",
+                    "tracking.checkpoint_every=0", f"tracking.uri=sqlite:///{db}", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    wait_for_running(db, proc, 2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 143, stderr[-3000:]
+    [line] = error_lines(stderr)
+    assert "interrupted (SIGTERM)" in line, line
+    jobs = job_lines(stderr)
+    assert sorted(jobs) == [0, 1, 2], stderr[-3000:]
+    trained = stopped_rounds(db, jobs)
+    assert len(trained) == 2  # the tasks stopped: none finished its 20,000 rounds
+    [queued] = {0, 1, 2} - trained
+    assert jobs[queued].endswith("not started"), jobs[queued]
+    assert not (sweep / ".fedbench-stop").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_batched_launcher_on_ray_checkpoints_every_group(cluster, tmp_path):
+    """One job a group (max_batch=1): two groups train as Ray tasks, the third waits in Ray's queue."""
+    db, sweep = tmp_path / "m.db", tmp_path / "sweep"
+    proc = start_on(cluster, "run", "-m", "hydra/launcher=batched_ray", "hydra.launcher.max_batch=1", "seed=0,1,2",
+                    *SMALL, "rounds=20000", "tracking.checkpoint_every=0", f"tracking.uri=sqlite:///{db}",
+                    f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    wait_for_running(db, proc, 2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 143, stderr[-3000:]
+    [line] = error_lines(stderr)
+    assert "interrupted (SIGTERM)" in line, line
+    jobs = job_lines(stderr)
+    assert sorted(jobs) == [0, 1, 2], stderr[-3000:]
+    trained = stopped_rounds(db, jobs)
+    assert len(trained) == 2
+    [queued] = {0, 1, 2} - trained
+    assert jobs[queued].endswith("stopped before its first checkpoint; nothing was checkpointed"), jobs[queued]
+    assert not (sweep / ".fedbench-stop").exists()
+
+
+def test_a_ray_task_takes_each_signal_written_in_the_stop_file(tmp_path):
+    """runs.interrupts.StopWatch: the parent's first signal, written in the stop file, runs the task's handler for
+    it (GracefulInterrupt's: checkpoint after the round), the second one too; the task's own handlers come back."""
+    from fedbench.runs import interrupts
+
+    stop_file = tmp_path / ".fedbench-stop"
+    before = signal.getsignal(signal.SIGTERM)
+    got = []
+    with interrupts.StopWatch(stop_file, poll=0.01):
+        with pytest.raises(interrupts.Interrupted) as raised:  # outside training: an interrupt at once
+            stop_file.write_text(f"{int(signal.SIGTERM)}\n")
+            time.sleep(5)
+        assert raised.value.signum == signal.SIGTERM
+        signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))  # training: GracefulInterrupt's
+        with stop_file.open("a") as f:
+            f.write(f"{int(signal.SIGINT)}\n")
+        t0 = time.monotonic()
+        while not got and time.monotonic() - t0 < 5:
+            time.sleep(0.01)
+        assert got == [signal.SIGINT]
+    assert signal.getsignal(signal.SIGTERM) is before
