@@ -248,8 +248,10 @@ def _redacting_factory(base):
 
 def redact_value(value: str) -> str:
     """A config value as it may be written: the password of any URI in it masked, by the parser
-    that reads the URI (split_password), then by the text rules of `redact`."""
-    if "://" in value:
+    that reads the URI (split_password), then by the text rules of `redact`. A URI holds a password only
+    as userinfo (`user:pw@`) or in its query: without '@' or '?' no parser is loaded (SQLAlchemy's costs a
+    run's start-up, which leaves it to the writer process)."""
+    if "://" in value and ("@" in value or "?" in value):
         try:
             public, password = split_password(value)
         except Exception:  # not a URI any library reads: the text rules below still apply

@@ -196,12 +196,12 @@ def record_config_dirs(run_dir: Path, dirs: tuple[Path, ...]) -> tuple[str | Non
     return conf, recorded
 
 
-def record_tags(overrides: list[str], fedbench_conf: str | None, config_dirs: list[str]) -> dict[str, str]:
+def record_tags(overrides: list[str], fedbench_conf: str | None = None, config_dirs: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
     """The run's tags: its overrides, and the digest of its record that its checkpoints keep (runs.recorded)."""
     from fedbench.engine.checkpoint import RECORD_DIGEST
     from fedbench.runs.recorded import digest
 
-    return {"overrides": " ".join(overrides)[:5000], RECORD_DIGEST: digest(list(overrides), fedbench_conf, config_dirs)}
+    return {"overrides": " ".join(overrides)[:5000], RECORD_DIGEST: digest(list(overrides), fedbench_conf, list(config_dirs))}
 
 
 def history_frame(history: list[dict[str, float]]) -> pd.DataFrame:

@@ -93,9 +93,9 @@ def _missing_file(paths):
 
 
 @pytest.mark.parametrize("corrupt,needle", [
-    (_bad_magic, "is not an IDX file (bad magic number)"),
-    (_truncated, "is truncated or corrupt: header says (10, 28, 28)"),
-    (_lengths_disagree, "image and label files disagree in length"),
+    (_bad_magic, "is not an IDX file: bad magic number"),
+    (_truncated, "is not an IDX file: the header says (10, 28, 28) (7,840 bytes of data), the file holds 7,740 bytes (truncated)"),
+    (_lengths_disagree, "is not an IDX file of mnist labels: 7 labels but 20 images in train-images-idx3-ubyte"),
     (_gz_not_original, "t10k-labels-idx1-ubyte.gz is corrupt or not the original file: md5"),
     (_gz_truncated, "published f68b3c2dcbeaaa9fbdd348bbdeb94873 (torchvision MNIST)"),
     (_missing_file, "mnist not found: place train-images-idx3-ubyte[.gz]"),
