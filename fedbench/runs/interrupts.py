@@ -16,6 +16,20 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 STARTED: list[str] = []  # the run folders whose record this process started: what an interrupt leaves behind
 
 
+def take_signals(handler) -> dict[int, object]:
+    """Install `handler` for SIGNALS (the main thread only: Python's rule); the handlers it replaced."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {s: signal.signal(s, handler) for s in SIGNALS}
+
+
+def give_back_signals(previous: dict[int, object]) -> dict[int, object]:
+    """Put back the handlers `take_signals` replaced; an empty record to keep."""
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+    return {}
+
+
 class Interrupted(KeyboardInterrupt):
     """A KeyboardInterrupt raised for `signum` (every `except KeyboardInterrupt` handles both signals)."""
 
@@ -108,14 +122,11 @@ class GracefulInterrupt:
                   file=sys.stderr, flush=True)
 
     def __enter__(self) -> GracefulInterrupt:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._handler) for s in SIGNALS}
+        self._previous = take_signals(self._handler)
         return self
 
     def __exit__(self, *exc) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        self._previous = {}
+        self._previous = give_back_signals(self._previous)
 
 
 def left_behind() -> str:
@@ -155,14 +166,11 @@ class SweepStop:
     def __enter__(self) -> SweepStop:
         self.stop_file.unlink(missing_ok=True)  # a relaunched sweep's jobs start
         os.environ[STOP_ENV] = f"{os.getpid()}:{self.stop_file}"
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._handler) for s in SIGNALS}
+        self._previous = take_signals(self._handler)
         return self
 
     def __exit__(self, *exc) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        self._previous = {}
+        self._previous = give_back_signals(self._previous)
         os.environ.pop(STOP_ENV, None)
         if self.signum is not None:
             self.stop_file.unlink(missing_ok=True)
@@ -245,8 +253,7 @@ class StopWatch:
 
     def __enter__(self) -> StopWatch:
         RECEIVED.clear()  # an earlier task's signal in this worker is not this one's
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, _raise) for s in SIGNALS}
+        self._previous = take_signals(_raise)
         self._thread = threading.Thread(target=self._watch, name="fedbench-stop-watch", daemon=True)
         self._thread.start()
         return self
@@ -255,9 +262,7 @@ class StopWatch:
         self._done.set()
         if self._thread is not None:
             self._thread.join()
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        self._previous = {}
+        self._previous = give_back_signals(self._previous)
 
     def _watch(self) -> None:
         known = {int(s) for s in SIGNALS}
