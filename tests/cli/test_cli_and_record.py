@@ -27,6 +27,7 @@ def _runs(db: Path):
     return client, [r for e in exps for r in client.search_runs([e.experiment_id])]
 
 
+@pytest.mark.slow  # >= 10 s (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_run_records_params_metrics_and_rounds_to_target(tmp_path):
     db = tmp_path / "m.db"
     # a bad interpolation overridden later on the same line is a valid command (the last value wins)
@@ -99,6 +100,7 @@ def test_print_config(tmp_path):
     assert out.returncode == 0 and "name: fmnist" in out.stdout
 
 
+@pytest.mark.slow  # >= 10 s (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_multirun_runs_every_job(tmp_path):
     db = tmp_path / "m.db"
     out = fedbench("run", "-m", "rounds=2", "algorithm=fedavg,fedsgd", f"tracking.uri=sqlite:///{db}",

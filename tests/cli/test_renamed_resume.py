@@ -3,6 +3,7 @@ algorithm variant (config/renames.py): the recorded overrides are mapped and the
 
 from __future__ import annotations
 
+import pytest
 import torch
 from omegaconf import OmegaConf
 
@@ -18,6 +19,7 @@ OLD_NAMES = {"dataset=fedspeed/proxy_synth": "dataset=proxy_synth", "model=fedad
              "algorithm=scaffold/prox": "algorithm=scaffold_prox"}
 
 
+@pytest.mark.slow  # >= 10 s (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_resume_maps_a_recorded_dataset_model_and_variant_and_continues(tmp_path):
     """A 2-round run, its folder rewritten as the old layout recorded a 4-round run (overrides by the
     old names; the composed config is the same): resume names the mapping, rewrites overrides.yaml,

@@ -102,6 +102,7 @@ def test_an_explicit_contrary_override_gets_one_error_line(tmp_path, overrides, 
     assert len(errors) == 1 and errors[0].startswith("error: ") and message in errors[0], out.stderr
 
 
+@pytest.mark.slow  # >= 10 s (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_every_algorithm_runs_as_typed(tmp_path):
     """One multirun of every file of the algorithm group on the default set-up, no other override."""
     db = tmp_path / "mlflow.db"

@@ -87,6 +87,7 @@ def test_a_moved_file_selects_what_the_old_name_did(group, old):
     assert expected["name"] == registered
 
 
+@pytest.mark.slow  # >= 10 s (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_resume_of_a_run_recorded_as_fedadam_continues_as_fedavg_adam(tmp_path):
     """A 2-round fedavg/adam run, its folder rewritten as the old FedAdam class recorded it (name,
     flat hyperparameters, 4 rounds): resume maps the names and trains rounds 3-4 from the checkpoint,

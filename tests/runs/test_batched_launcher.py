@@ -42,6 +42,7 @@ def grids(tmp_path_factory):
     return tmp, done
 
 
+@pytest.mark.slow  # >= 10 s (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_every_job_of_the_batched_grid_is_the_run_it_is_alone(grids):
     tmp, done = grids
     basic, batched = _histories(done["basic"][0]), _histories(done["batched"][0])
@@ -71,6 +72,7 @@ def test_a_relaunch_skips_every_finished_job(grids):
     assert len(runs(db)[1]) == 8
 
 
+@pytest.mark.slow  # >= 10 s (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_a_diverging_job_fails_alone(tmp_path):
     db = tmp_path / "m.db"
     res = fedbench("run", "-m", "hydra/launcher=batched", "eta_l=0.01,10", "seed=0,1", "dataset=lstsq",
@@ -144,6 +146,7 @@ def test_lanes_of_different_algorithms_two_phase_ones_included_each_get_their_ow
         assert (got.floats_down, got.floats_up) == (alone.floats_down, alone.floats_up)
 
 
+@pytest.mark.slow  # >= 10 s (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_optuna_trials_are_asked_n_jobs_at_a_time_and_each_batch_is_one_group(tmp_path):
     require_module("hydra_plugins.hydra_optuna_sweeper", "the Optuna sweeper is the `tune` extra")
     db = tmp_path / "m.db"

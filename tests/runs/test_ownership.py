@@ -73,6 +73,7 @@ def test_default_sweep_folder_is_unique_per_process():
 
 # 8. One live writer per run folder --------------------------------------------------------------------
 
+@pytest.mark.slow  # >= 10 s (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_second_writer_is_refused_naming_the_owner_and_a_dead_owner_is_taken_over(tmp_path):
     """A run owns its folder while it lives: `fedbench resume D` and a new `fedbench run` into D are
     refused in one line naming its pid (exit 2, nothing written). Once it is killed (SIGKILL: no
@@ -169,6 +170,7 @@ def test_a_relaunched_sweep_does_not_resume_a_job_still_running(tmp_path):
     assert summary["run_id"] == run.info.run_id and client.get_run(run.info.run_id).info.status == "FINISHED"
 
 
+@pytest.mark.slow  # >= 10 s (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_a_sweep_relaunched_while_the_first_runs_stops_in_one_line(tmp_path):
     """The issue's case: the first sweep still trains job 0 (stopped here, alive) when the same sweep is
     launched again; the relaunch would continue job 0 from its checkpoint beside it. It exits 2 in one
@@ -240,6 +242,7 @@ def test_every_store_opener_holds_the_store_lock_while_it_opens(monkeypatch, tmp
     assert held == [True, True, True]
 
 
+@pytest.mark.slow  # >= 10 s (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_report_and_plot_beside_new_runs_on_a_fresh_store(tmp_path):
     """The issue's case (a race, so this passes by luck at times on code without the lock; the test above
     is the deterministic one): two runs, a report and a plot start at once on a fresh store; none dies."""
@@ -310,6 +313,7 @@ def test_end_of_run_record_is_logged_once_when_resumed_after_a_kill(monkeypatch,
 
 # 14, 15. Resume finds the run as it was started ----------------------------------------------------------
 
+@pytest.mark.slow  # >= 10 s (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_resume_uses_the_config_dir_and_a_folder_with_any_characters(tmp_path):
     """A run started with --config-dir (a config group of one's own) in a folder whose name holds
     Hydra's grammar (`,` `=` `[` `]`), spaces and quotes, resumed by exactly the command the interrupt

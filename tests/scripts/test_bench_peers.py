@@ -81,6 +81,7 @@ def sequential_two_rounds():
     return bench.run_seq(TINY, 2)
 
 
+@pytest.mark.slow  # >= 10 s (issue 43: `pytest -m "not slow"` is the quick loop)
 @pytest.mark.parametrize("framework", ["flower", "pfl"])
 def test_each_peer_and_the_sequential_loop_agree(framework, sequential_two_rounds):
     """The benchmark's fairness checks hold for the peers themselves (flwr and pfl, the `peers`
@@ -97,6 +98,7 @@ def test_each_peer_and_the_sequential_loop_agree(framework, sequential_two_round
 TINY_DIR = dict(model="mclr", num_clients=20, cohort=4, partition=["partition=dirichlet", "partition.alpha=0.1"])
 
 
+@pytest.mark.slow  # >= 10 s (issue 43: `pytest -m "not slow"` is the quick loop)
 @pytest.mark.parametrize("framework", ["fedbench", "flower", "pfl"])
 def test_every_framework_runs_the_same_computation_on_unequal_clients(framework):
     """On unequal clients too, each framework's round-1 model equals the sequential loop's (Flower:

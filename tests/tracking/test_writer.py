@@ -145,6 +145,7 @@ def test_a_run_s_end_writes_its_targets_in_one_store_call(tmp_path):
     assert {k: v for k, v in run.data.metrics.items() if k.startswith("rounds_to")} == {"rounds_to_0.3": 2, "rounds_to_0.5": 3}
 
 
+@pytest.mark.slow  # >= 10 s (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_a_run_s_curves_are_drawn_while_its_end_waits_on_the_store(tmp_path, monkeypatch):
     """Drawing curves.png is CPU work and a store commit is disk work: a grid's runs end faster with both at
     once. The store's target write waits here until the drawing has started (at most 5 s)."""
