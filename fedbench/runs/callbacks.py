@@ -82,8 +82,10 @@ class SweepCallback(Callback):
         FAILURES.clear()
         uri = resolve_tracking_uri(config.tracking.get("uri"))
         probe_server(uri)
-        open_store(uri, config.tracking.experiment)
+        # the sweep folder's one writer first: a relaunch while the first sweep runs is refused before it
+        # touches the store that sweep is writing to (SQLite would make it wait, or fail "database is locked")
         own_folder(config, "hydra.sweep.dir", "sweep directory", resume=True)  # a relaunch continues its jobs
+        open_store(uri, config.tracking.experiment)
         launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
         global STOPPING  # the jobs run in worker processes: a signal is forwarded to them
         if "joblib" in launcher.lower():
