@@ -172,28 +172,15 @@ def run_composed(cfg, job: list[str], run_dir: Path, progress: bool = False, lab
 
     job = withhold(list(job))  # what .hydra/ and the tag record: never a store's password
     with owned([(run_dir, job, sweep or bool(cfg.get("resume")))]):
-        conf, dirs = record_config_dirs(run_dir, config_dirs) if config_dirs else (None, [])
+        from fedbench.runs.hydra_app import write_config_record
+
+        conf, dirs = write_config_record(run_dir / ".hydra", [str(d) for d in config_dirs]) if config_dirs else (None, [])
         summary = run_job(cfg, run_dir, quiet=not progress, tags=record_tags(job, conf, dirs), sweep=sweep,
                           label=label)
     history = summary.pop("history", None)
     if history is None:  # a finished configuration skipped in a sweep: read its record back
         history = _history_from_mlflow(summary["tracking_uri"], summary["run_id"])
     return RunResult(list(job), history_frame(history), summary, summary["run_id"], run_dir)
-
-
-def record_config_dirs(run_dir: Path, dirs: tuple[Path, ...]) -> tuple[str | None, list[str]]:
-    """The --config-dir folders of a run started from Python, where `fedbench resume` finds them
-    (runs.hydra_app.record_config_dirs writes the same record for a run of the command line); returns
-    them as recorded."""
-    from omegaconf import OmegaConf
-
-    from fedbench.runs.hydra_app import RECORD_NAME
-
-    conf = os.environ.get("FEDBENCH_CONF")
-    conf = str(Path(conf).absolute()) if conf else None
-    recorded = [str(d) for d in dirs]
-    OmegaConf.save(OmegaConf.create({"fedbench_conf": conf, "config_dirs": recorded}), run_dir / ".hydra" / RECORD_NAME)
-    return conf, recorded
 
 
 def record_tags(overrides: list[str], fedbench_conf: str | None = None, config_dirs: list[str] | tuple[str, ...] = ()) -> dict[str, str]:

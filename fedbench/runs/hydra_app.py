@@ -81,19 +81,28 @@ RECORD_NAME = "fedbench.yaml"  # in the run folder's .hydra/, beside Hydra's own
 def record_config_dirs(out: Path, hc) -> tuple[str | None, list[str]]:
     """The config folders this run composes from (FEDBENCH_CONF, --config-dir), for `fedbench resume`;
     returns them as recorded."""
+    dirs = [s.path for s in hc.runtime.config_sources if s.provider == "command-line" and s.schema == "file"]
+    if hc.output_subdir is None:
+        return fedbench_conf(), dirs
+    return write_config_record(out / str(hc.output_subdir), dirs)
+
+
+def fedbench_conf() -> str | None:
+    conf = os.environ.get("FEDBENCH_CONF")
+    return str(Path(conf).absolute()) if conf else None
+
+
+def write_config_record(hydra_dir: Path, dirs: list[str]) -> tuple[str | None, list[str]]:
+    """RECORD_NAME in a run's .hydra/ folder: FEDBENCH_CONF and the config folders `dirs`; returns them."""
     from omegaconf import OmegaConf
 
-    conf = os.environ.get("FEDBENCH_CONF")
-    conf = str(Path(conf).absolute()) if conf else None
-    dirs = [s.path for s in hc.runtime.config_sources if s.provider == "command-line" and s.schema == "file"]
-    if hc.output_subdir is not None:
-        from fedbench.core.ownership import record_made
+    from fedbench.core.ownership import record_made
 
-        path = out / str(hc.output_subdir) / RECORD_NAME
-        existed = path.exists()
-        OmegaConf.save(OmegaConf.create({"fedbench_conf": conf, "config_dirs": dirs}), path)
-        if not existed:
-            record_made(path)
+    conf, path = fedbench_conf(), hydra_dir / RECORD_NAME
+    existed = path.exists()
+    OmegaConf.save(OmegaConf.create({"fedbench_conf": conf, "config_dirs": dirs}), path)
+    if not existed:
+        record_made(path)
     return conf, dirs
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faultkit import SMALL, env, error_lines, fedbench, runs, start
+from tests.faultkit import SMALL, env, error_lines, runs, start
 from tests.runs.test_resume import checkpoint_round
 
 
@@ -58,14 +58,7 @@ def test_sigterm_to_a_joblib_sweep_checkpoints_every_running_job_and_names_each(
     jobs = job_lines(stderr)
     assert sorted(jobs) == [0, 1, 2], stderr[-3000:]
     assert jobs[2].endswith("not started")  # queued when the stop came: it never started
-    client, record = runs(db)
-    assert len(record) == 2 and all(r.info.status == "KILLED" for r in record)  # the workers stopped: none finished
-    for r in record:
-        run_dir = Path(r.data.tags["run_dir"])
-        num = int(run_dir.name)
-        stopped = checkpoint_round(run_dir / "checkpoint.pt")
-        assert 1 <= stopped == int(r.data.tags["failure_round"]) < 20000
-        assert jobs[num].endswith(f"stopped at round {stopped}; continue with: fedbench resume {run_dir}"), jobs[num]
+    assert len(stopped_rounds(db, jobs)) == 2  # the workers stopped: none finished
     assert not (sweep / ".fedbench-stop").exists()
 
 
@@ -81,12 +74,7 @@ def test_sigterm_to_the_batched_launcher_names_every_job(tmp_path):
     [line] = error_lines(stderr)
     jobs = job_lines(stderr)
     assert sorted(jobs) == [0, 1], stderr[-3000:]
-    _, record = runs(db)
-    for r in record:
-        run_dir = Path(r.data.tags["run_dir"])
-        stopped = checkpoint_round(run_dir / "checkpoint.pt")
-        assert r.info.status == "KILLED" and stopped == int(r.data.tags["failure_round"]) >= 1
-        assert jobs[int(run_dir.name)].endswith(f"stopped at round {stopped}; continue with: fedbench resume {run_dir}")
+    stopped_rounds(db, jobs)
 
 
 def test_the_sweep_parent_forwards_the_first_signal_and_stops_at_the_second(tmp_path, monkeypatch):
