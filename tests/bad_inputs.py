@@ -261,6 +261,10 @@ COMMAND_CASES: list[tuple[str, str]] = [
      "recorded with its checkpoint"),
     ("resume {tmp}/disk_table_truncated", "<tmp>/disk_table_truncated/client_state is not the client state of this "
      "run's checkpoint (c.bin holds"),
+    # issue 40 (a reproduction's seeds): the keys a reproduction sets per job are refused, the seeds chosen with --seeds
+    ("reproduce losac/fig6 --scale ci seed=5", "seed=5: a reproduction sets seed per job (choose a reproduction's seeds with --seeds"),
+    ("reproduce losac/fig6 tracking.run_name=mine", "tracking.run_name=mine: a reproduction sets tracking.run_name per job"),
+    ("reproduce losac/fig6 --seeds 3-1", "--seeds '3-1': expected seeds >= 0 as a range, a list or both"),
 ]
 
 

@@ -20,7 +20,7 @@ class _OneCommandGroup(TyperGroup):
         return click.Command.parse_args(self, ctx, args)
 
     def format_usage(self, ctx: click.Context, formatter) -> None:
-        formatter.write_usage(ctx.command_path, "NAME [--scale ci|full|<scale>] [HYDRA_OVERRIDES]...")
+        formatter.write_usage(ctx.command_path, "NAME [--scale ci|full|<scale>] [--seeds 0-4] [HYDRA_OVERRIDES]...")
 
 
 app = typer.Typer(cls=_OneCommandGroup,
@@ -34,6 +34,8 @@ Examples:
   fedbench reproduce losac/fig7 --scale ci        # scaled-down run (minutes on a CPU)
 
   fedbench reproduce all --scale ci               # every reproduction that can run here, and a summary
+
+  fedbench reproduce losac/fig6 --scale ci --seeds 0-4   # other seeds than the scale's (a range, a list: 0,3,7)
 
   fedbench reproduce fedadmm/table3 --scale full tracking.uri=http://host:5000
 """
@@ -74,10 +76,15 @@ def reproduce(
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="with `all`: entries run in this many worker processes at "
                                       "once, each recording into its own MLflow store outputs/reproduce/<entry>/mlflow.db unless tracking.uri is "
                                       "given (1 = one after the other)")] = 1,
+    seeds: Annotated[str | None, typer.Option("--seeds", help="the reproduction's seeds instead of the scale's: a range "
+                                              "(0-4), a list (0,3,7) or both (0-2,7); seed=... is refused")] = None,
 ) -> None:
     """Run NAME's grid (seeds included) into the MLflow experiment NAME, print and save the comparison with
     the paper; exit code 1 when a claim does not hold. Extra arguments are Hydra overrides for every job."""
     from fedbench.core.secrets import withhold
+    from fedbench.reproduce.run import parse_seeds
+
+    chosen = parse_seeds(seeds) if seeds is not None else None
 
     if name == "list":
         list_reproductions()
@@ -85,7 +92,8 @@ def reproduce(
     if name == "all":
         from fedbench.reproduce.run import reproduce_all
 
-        results, summary = reproduce_all(scale, tuple(withhold(ctx.args)), echo=typer.echo, record=record, jobs=jobs)
+        results, summary = reproduce_all(scale, tuple(withhold(ctx.args)), echo=typer.echo, record=record, jobs=jobs,
+                                         seeds=chosen)
         typer.echo("\n" + summary.read_text())
         typer.echo(f"saved: {summary}")
         if any(not isinstance(r, str) and not r.holds for r in results.values()):
@@ -97,7 +105,7 @@ def reproduce(
     from fedbench.reproduce.catalog import get
     from fedbench.reproduce.run import reproduce as run_reproduction
 
-    outcome = run_reproduction(get(name), scale, tuple(withhold(ctx.args)))
+    outcome = run_reproduction(get(name), scale, tuple(withhold(ctx.args)), seeds=chosen)
     typer.echo("\n" + outcome.markdown)
     typer.echo("\nsaved: " + ", ".join(str(p) for p in outcome.files))
     if not outcome.holds:

@@ -120,7 +120,8 @@ def speedup(reference: float, value: float, budget: float) -> tuple[float, str]:
 COLLAPSE_POINTS = 0.10
 COLLAPSE_FACTOR = 10.0
 COLLAPSE_RULE = (f"a run collapses when, after reaching the target, it ends more than {COLLAPSE_POINTS * 100:g} accuracy "
-                 f"points below it (an error or loss: more than {COLLAPSE_FACTOR:g}x above it)")
+                 f"points below it (an error or loss: more than {COLLAPSE_FACTOR:g}x above it); one that falls that far at "
+                 "some round after the target and recovers is listed too, as a transient collapse with its round and value")
 
 
 def after_target(metric: Metric, history: pd.DataFrame) -> tuple[float, float, bool]:
@@ -139,6 +140,27 @@ def after_target(metric: Metric, history: pd.DataFrame) -> tuple[float, float, b
     if metric.mode == "max":
         return final, float(np.nanmin(after)), bool(not final >= metric.target - COLLAPSE_POINTS)
     return final, float(np.nanmax(after)), bool(not final <= metric.target * COLLAPSE_FACTOR)
+
+
+def transient_collapse(metric: Metric, history: pd.DataFrame) -> tuple[int, float] | None:
+    """The first round after the target round at which a run that ends above the collapse threshold was beyond it
+    (COLLAPSE_RULE: a transient collapse), with its value; None when it never was, or did not reach the target, or
+    ends beyond it (a collapse, after_target)."""
+    if metric.source not in history:
+        return None
+    data = history[["round", metric.source]].dropna().sort_values("round")
+    data = data[data["round"] >= 1]
+    values, rounds = data[metric.source].to_numpy(dtype=float), data["round"].to_numpy()
+    hit = values >= metric.target if metric.mode == "max" else values <= metric.target
+    if not hit.any():
+        return None
+    after, after_rounds = values[hit.argmax():], rounds[hit.argmax():]
+    low = (after < metric.target - COLLAPSE_POINTS) if metric.mode == "max" else (after > metric.target * COLLAPSE_FACTOR)
+    low |= np.isnan(after)
+    if not low.any() or low[-1]:
+        return None
+    first = int(low.argmax())
+    return int(after_rounds[first]), float(after[first])
 
 
 def aggregate(rep: Reproduction, runs: list[RunResult], extra: tuple[Metric, ...] = ()) -> pd.DataFrame:
@@ -163,8 +185,19 @@ def aggregate(rep: Reproduction, runs: list[RunResult], extra: tuple[Metric, ...
                              diverged=sum(r.diverged for r in arm_runs),
                              rounds_metric=metric.is_rounds, higher=metric.mode == "max", values=values.tolist(),
                              seed_ids=[r.seed for r in arm_runs], finals=[a[0] for a in after], worst=[a[1] for a in after],
-                             collapsed=[r.seed for r, a in zip(arm_runs, after) if a[2]]))
+                             collapsed=[r.seed for r, a in zip(arm_runs, after) if a[2]],
+                             transient=[(r.seed, *dip) for r in arm_runs
+                                        if metric.is_rounds and (dip := transient_collapse(metric, r.history)) is not None]))
     return pd.DataFrame(rows)
+
+
+def collapse_text(row) -> str:
+    """'seed 2; seed 1 transient: 0 at round 15, recovered': the seeds that collapsed (COLLAPSE_RULE), then those
+    that collapsed after the target round and recovered, each with its round and value."""
+    ended = [f"seed {s}" for s in row.collapsed] if isinstance(row.collapsed, list) else []
+    dips = getattr(row, "transient", None)
+    dips = [f"seed {s} transient: {v:.4g} at round {r}, recovered" for s, r, v in dips] if isinstance(dips, list) else []
+    return "; ".join(ended + dips)
 
 
 def comparison(rep: Reproduction, measured: pd.DataFrame, paper_groups: dict[str, str] | None = None) -> pd.DataFrame:
@@ -191,8 +224,7 @@ def comparison(rep: Reproduction, measured: pd.DataFrame, paper_groups: dict[str
     table["seeds"] = ["; ".join(f"{s}: {show(v)}" for s, v in zip(r.seed_ids, r.values)) if isinstance(r.seed_ids, list) else ""
                       for r in table.itertuples()]
     table["after_target"] = [after_text(r) for r in table.itertuples()]
-    table["collapse"] = [", ".join(f"seed {s}" for s in r.collapsed) if isinstance(r.collapsed, list) else ""
-                         for r in table.itertuples()]
+    table["collapse"] = [collapse_text(r) for r in table.itertuples()]
     lookup = {(r.method, r.group, r.metric): r for r in table.itertuples()}
     paper_speed, speed, speed_value = [], [], []
     for r in table.itertuples():
@@ -250,6 +282,9 @@ def tuning_table(rep: Reproduction, scale: Scale, measured: pd.DataFrame) -> pd.
         collapsed = list(row["collapsed"].iloc[0]) if not row.empty and isinstance(row["collapsed"].iloc[0], list) else []
         if collapsed:
             shown += " collapsed (" + ", ".join(f"seed {s}" for s in collapsed) + ")"
+        dips = list(row["transient"].iloc[0]) if not row.empty and isinstance(row["transient"].iloc[0], list) else []
+        if dips:  # shown; the guard looks at the end of a run only
+            shown += " transient collapse (" + ", ".join(f"seed {s} round {r}: {v:.4g}" for s, r, v in dips) + ")"
         rows.append(dict(method=method, group=group, setting=setting, by=name, value=value, shown=shown,
                          tie_break=float(last.iloc[0]) if not last.empty else math.nan, stable=float(not collapsed)))
     table = pd.DataFrame(rows)
@@ -288,8 +323,10 @@ def tuning_markdown(rep: Reproduction, scale: Scale, tuning: pd.DataFrame) -> st
         return ""
     sizes = tuning.groupby(["method", "group"], sort=False).size()
     rules = dict.fromkeys(rule(r.by, primary(rep, scale, r.group)[1]) for r in tuning.itertuples())
-    guard = (f" Stability guard, the same for every method: a candidate with a collapsed seed ({COLLAPSE_RULE}) "
-             "loses to every candidate without one." if any(tuning["by"].str.startswith("rounds_to")) else "")
+    guard = (f" Stability guard, the same for every method: a candidate with a seed that ends collapsed (more "
+             f"than {COLLAPSE_POINTS * 100:g} accuracy points below the target it reached; an error: more than "
+             f"{COLLAPSE_FACTOR:g}x above) loses to every candidate without one; a transient collapse is shown, not "
+             "ranked." if any(tuning["by"].str.startswith("rounds_to")) else "")
     lines = [f"Equal tuning: every method runs {int(sizes.iloc[0])} candidates per group; the winner per method and group "
              f"has the {'; '.join(rules)}.{guard} The comparison and the claims use the winners."
              + (f" Not tuned: {', '.join(scale.tune.fixed)} (the setting in the note)." if scale.tune.fixed else ""), "",
@@ -481,28 +518,67 @@ def best(text: str, ours: tuple[str, float], others: dict[str, float], higher: b
 
 
 # ------------------------------------------------------------------------------------------- over seeds
+# A claim says what it is about, and its seeds judge it by that: a claim about a mean (the default) holds on the
+# seeds' mean and on 2/3 of the seeds; one that says "every seed" holds only on every seed; one that says
+# "median" is computed by its check from the per-seed values (compare.seeds) and stands as computed, each seed's
+# own verdict shown beside it. A verdict within one seed of flipping is judged again on MIN_SEEDS seeds (run.reproduce).
+MIN_SEEDS = 5
+
+
 def seeds_needed(n: int) -> int:
-    """A claim judged on n seeds holds on the mean and on at least 2/3 of them (rounded up): 2 of 3, 4 of 5."""
+    """A claim about a mean, judged on n seeds, holds on the mean and on at least 2/3 of them (rounded up): 2 of 3, 4 of 5."""
     return math.ceil(2 * n / 3)
 
 
+def seed_rule(claim: Claim, k: int, n: int) -> tuple[bool, str, bool]:
+    """The verdict of `claim` (judged on the whole table) when k of n seeds hold on their own, the rule in words, and
+    whether the verdict is within one seed of flipping: one seed's verdict reversed would reverse it."""
+    over = claim.judged_on
+    if over == "every seed":
+        holds = claim.holds and k == n
+        return holds, "on every seed", (holds or k == n - 1)
+    if over == "median":
+        half = n // 2 + 1  # the median seed holds when this many do (a threshold on one quantity)
+        return claim.holds, "on the median of the seeds", k in (half, half - 1)
+    need = seeds_needed(n)
+    holds = claim.holds and k >= need
+    return holds, f"on the mean and on at least {need} of the {n} seeds", (k == need if holds else k >= need - 1)
+
+
+def per_seed_verdicts(claim: Claim, per_seed: dict[int, list[Claim]]) -> dict[int, Claim | None]:
+    return {s: next((c for c in claims if c.text == claim.text), None) for s, claims in per_seed.items()}
+
+
 def over_seeds(on_mean: list[Claim], per_seed: dict[int, list[Claim]]) -> list[Claim]:
-    """Each claim of the seeds' mean judged again on every seed alone (a claim matched by its text; one a seed's
-    check did not make counts as not holding there): it holds when it holds on the mean and on
-    seeds_needed(n) of the n seeds; the detail gives each seed's verdict and numbers and names those that
-    disagree with the verdict on the mean."""
+    """Each claim of the whole table judged again on every seed alone (a claim matched by its text; one a seed's
+    check did not make counts as not holding there) and decided by its own quantifier (seed_rule): a claim about a
+    mean holds when it holds on the mean and on seeds_needed(n) of the n seeds, an "every seed" claim when it holds
+    on all n, a "median" claim as its check computed it. The detail gives each seed's verdict and numbers and names
+    those that disagree with the verdict on the whole table."""
     n, out = len(per_seed), []
     for claim in on_mean:
-        verdicts = {s: next((c for c in claims if c.text == claim.text), None) for s, claims in per_seed.items()}
+        verdicts = per_seed_verdicts(claim, per_seed)
         held = [s for s, c in verdicts.items() if c is not None and c.holds]
         disagree = [s for s, c in verdicts.items() if (c is not None and c.holds) != claim.holds]
-        holds = claim.holds and len(held) >= seeds_needed(n)
+        holds, rule, _ = seed_rule(claim, len(held), n)
         each = "; ".join(f"seed {s} {'holds' if c is not None and c.holds else 'does not'}"
                          + (f" ({c.detail})" if c is not None and c.detail else "" if c is not None else " (not judged)")
                          for s, c in verdicts.items())
+        what = "mean over seeds" if claim.judged_on == "mean" else f"judged {rule}"
         agree = (f"seed{'s' if len(disagree) > 1 else ''} {', '.join(map(str, disagree))} disagree{'s' if len(disagree) == 1 else ''}"
-                 " with the mean" if disagree else "every seed agrees with the mean")
-        detail = (f"mean over seeds: {claim.detail or ('holds' if claim.holds else 'does not hold')}; {len(held)}/{n} seeds hold "
-                  f"(need {seeds_needed(n)} and the mean), {agree}; per seed: {each}")
-        out.append(Claim(claim.text, holds, detail, claim.narrower))
+                 f" with the {'mean' if claim.judged_on == 'mean' else 'whole table'}" if disagree else
+                 f"every seed agrees with the {'mean' if claim.judged_on == 'mean' else 'whole table'}")
+        detail = (f"{what}: {claim.detail or ('holds' if claim.holds else 'does not hold')}; {len(held)}/{n} seeds hold "
+                  f"(judged {rule}), {agree}; per seed: {each}")
+        out.append(Claim(claim.text, holds, detail, claim.narrower, claim.over))
+    return out
+
+
+def within_one_seed(on_mean: list[Claim], per_seed: dict[int, list[Claim]]) -> list[str]:
+    """The claims whose verdict one seed's verdict reversed would reverse (seed_rule), by text."""
+    n, out = len(per_seed), []
+    for claim in on_mean:
+        k = sum(1 for c in per_seed_verdicts(claim, per_seed).values() if c is not None and c.holds)
+        if seed_rule(claim, k, n)[2]:
+            out.append(claim.text)
     return out

@@ -150,6 +150,34 @@ class Claim:
     holds: bool
     detail: str = ""
     narrower: str = ""
+    # how several seeds judge it (compare.over_seeds): "mean" (the seeds' mean and 2/3 of the seeds), "every seed"
+    # or "median" (the check computes it from the per-seed values, compare.seeds); "" = as the text says
+    over: str = ""
+
+    @property
+    def judged_on(self) -> str:
+        """The claim's own quantifier: "median" or "every seed" when its text says so, else "mean"."""
+        if self.over:
+            return self.over
+        text = self.text.lower()
+        return "median" if "median" in text else "every seed" if "every seed" in text or "each seed" in text else "mean"
+
+    @property
+    def is_proxy(self) -> bool:
+        """A check of the spec's proxy target, not of the paper's sentence: shown, never counted as a held claim
+        of the paper."""
+        return self.text.startswith(PROXY)
+
+
+PROXY = "not the paper's claim"  # the first words of a claim that checks the spec's proxy target
+
+
+def paper_count(claims: list[Claim]) -> str:
+    """'3 / 5' of the paper's claims, and the spec's proxies apart: '3 / 5 (+ spec proxies 2 / 2)'."""
+    paper = [c for c in claims if not c.is_proxy]
+    proxies = [c for c in claims if c.is_proxy]
+    text = f"{sum(c.holds for c in paper)} / {len(paper)}"
+    return text + (f" (+ spec proxies {sum(c.holds for c in proxies)} / {len(proxies)})" if proxies else "")
 
 
 Check = Callable[["pd.DataFrame", str], list[Claim]]

@@ -16,14 +16,61 @@ from omegaconf import DictConfig
 from fedbench.config.compose import conf_dir, group_choices_of
 from fedbench.config.preflight import checked_compose
 from fedbench.core.errors import ConfigError, DataUnavailableError, DivergenceError, FedbenchError, report_error
-from fedbench.reproduce.entry import Arm, Claim, Reproduction, Scale
-from fedbench.reproduce.compare import (COLLAPSE_RULE, RunResult, aggregate, comparison, display_frame, over_seeds,
-                                        seeds_needed, tie_break, to_csv_frame, to_markdown, tuning_markdown, tuning_table,
-                                        winners)
+from fedbench.reproduce.entry import Arm, Claim, Reproduction, Scale, paper_count
+from fedbench.reproduce.compare import (COLLAPSE_RULE, MIN_SEEDS, RunResult, aggregate, comparison, display_frame,
+                                        over_seeds, seeds_needed, tie_break, to_csv_frame, to_markdown, tuning_markdown,
+                                        tuning_table, winners, within_one_seed)
 from fedbench.reproduce.plots import Marks, plot_figure
 from fedbench.tracking.page import Section, provenance, write_page
 
 OUTPUTS = Path("outputs") / "reproduce"
+
+
+# keys a reproduction sets per job itself: an override of them would be silently replaced, so it is refused
+OWN_KEYS = {"seed": "choose a reproduction's seeds with --seeds (e.g. --seeds 0-4, --seeds 5, --seeds 0,3,7)",
+            "tracking.experiment": "a reproduction records into the experiment named after it",
+            "tracking.run_name": "a reproduction names its runs <stamp>-<arm>",
+            "experiment": "a reproduction runs its entry's preset; run another entry by its name",
+            "scale": "choose a reproduction's scale with --scale"}
+
+
+def refuse_own_keys(extra: tuple[str, ...]) -> None:
+    """Every extra override reaches every job (it comes after the arm's own), except the keys a reproduction sets
+    per job: those are refused in one line, before any work."""
+    for item in extra:
+        key = item.partition("=")[0].lstrip("+~")
+        if key in OWN_KEYS:
+            raise ConfigError(f"{item}: a reproduction sets {key} per job ({OWN_KEYS[key]})")
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """'0-4' -> (0, 1, 2, 3, 4); '5' -> (5,); '0,3,7' -> (0, 3, 7); ranges and lists mix ('0-2,7')."""
+    seeds: list[int] = []
+    try:
+        for part in text.split(","):
+            low, dash, high = part.strip().partition("-")
+            first, last = int(low), int(high) if dash else int(low)
+            if first < 0 or last < first:
+                raise ValueError
+            seeds += range(first, last + 1)
+    except ValueError:
+        raise ConfigError(f"--seeds {text!r}: expected seeds >= 0 as a range, a list or both, e.g. 0-4, 5, 0,3,7 or 0-2,7") from None
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds {text!r}: a seed appears twice")
+    return tuple(seeds)
+
+
+def with_seeds(rep: Reproduction, scale_name: str, seeds: tuple[int, ...]) -> Reproduction:
+    """The entry with the scale's seeds replaced (everything downstream reads them from the scale)."""
+    from dataclasses import replace
+
+    return replace(rep, scales={**rep.scales, scale_name: replace(rep.scales[scale_name], seeds=tuple(seeds))})
+
+
+def seed_span(seeds) -> str:
+    seeds = list(seeds)
+    return f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)) else \
+        ", ".join(map(str, seeds))
 
 
 @dataclass
@@ -233,10 +280,12 @@ def tracking_uri(extra: tuple[str, ...]) -> str:
     return resolve_tracking_uri(uri or None)
 
 
-def evaluate(rep: Reproduction, scale_name: str, runs: list[RunResult]) -> tuple[pd.DataFrame, list[Claim], pd.DataFrame]:
+def evaluate(rep: Reproduction, scale_name: str, runs: list[RunResult],
+             flips: list[str] | None = None) -> tuple[pd.DataFrame, list[Claim], pd.DataFrame]:
     """The comparison (of each tuned method's winner), the claims judged on it, and the tuning grid (empty when
-    nothing is tuned). With several seeds each claim is judged on the seeds' mean and on every seed alone
-    (compare.over_seeds); the winners are those of the mean, on every seed."""
+    nothing is tuned). With several seeds each claim is judged on the whole table and on every seed alone
+    (compare.over_seeds, by the claim's own quantifier); the winners are those of the mean, on every seed.
+    `flips` receives the claims whose verdict is within one seed of flipping (compare.within_one_seed)."""
     scale = rep.scales[scale_name]
     extra = (tie_break(),) if scale.tune else ()
     measured = aggregate(rep, runs, extra)
@@ -250,7 +299,10 @@ def evaluate(rep: Reproduction, scale_name: str, runs: list[RunResult]) -> tuple
     seed_ids = sorted({r.seed for r in runs})
     broken = len(claims) == 1 and claims[0].detail.startswith(CHECK_FAILED)
     if len(seed_ids) > 1 and not broken:  # a check that cannot run on the mean is reported once, as it failed
-        claims = over_seeds(claims, {s: judged(aggregate(rep, [r for r in runs if r.seed == s], extra))[1] for s in seed_ids})
+        per_seed = {s: judged(aggregate(rep, [r for r in runs if r.seed == s], extra))[1] for s in seed_ids}
+        if flips is not None:
+            flips += within_one_seed(claims, per_seed)
+        claims = over_seeds(claims, per_seed)
     return table, claims, tuning
 
 
@@ -284,27 +336,65 @@ def machine(extra: tuple[str, ...] = ()) -> str:
     return f"a {os.cpu_count()}-core CPU"
 
 
+def intro(rep: Reproduction, scale_name: str, seconds: float | None = None, where: str | None = None,
+          seed_note: str = "") -> list[str]:
+    """What precedes an entry's tables on every page (Markdown and HTML alike): the paper's sentence, the setting,
+    the seeds, the compute."""
+    scale = rep.scales[scale_name]
+    out = [f"Paper: {rep.quote}"] if rep.quote else []
+    out += [f"Setting: {scale.note}"] if scale.note else []
+    out += [f"Seeds: {seed_span(scale.seeds)}" + (f" ({seed_note})" if seed_note else "")]
+    if seconds is not None:  # the catalog's figure is an estimate; this is what the grid took here
+        out.append(f"Compute: measured {seconds:.0f} s on {where or machine()} (catalog estimate: {scale.compute})")
+    return out
+
+
+def rounds_convention(rep: Reproduction, table: pd.DataFrame) -> str:
+    """How the table's rounds-to-target count, beside run summaries and figures that count rounds from 1 (round 0
+    is the initial model): an entry whose paper counts otherwise (FedSSO's r* - 1) is labelled."""
+    shown = set(table["metric"]) if "metric" in table else set()
+    metrics = [m for m in rep.metrics if m.is_rounds and m.name in shown]
+    if not metrics:
+        return ""
+    parts = []
+    for offset in dict.fromkeys(m.offset for m in metrics):
+        names = ", ".join(m.name for m in metrics if m.offset == offset)
+        parts.append(f"{names} = r* - {offset}, the paper's convention (r* = the first round, counting from 1, whose "
+                     "value reaches the target; run summaries and figures show r*)" if offset else
+                     f"{names} = the first round, counting from 1, whose value reaches the target")
+    return "Rounds to target: " + "; ".join(parts) + "."
+
+
+def seeds_rule(n: int) -> str:
+    if n == 1:
+        return "Claims (judged on 1 seed: one seed, the verdict may move with float rounding):"
+    return (f"Claims (judged on {n} seeds: a claim about a mean holds on the mean and on at least {seeds_needed(n)} of the "
+            f"{n} seeds, one that says \"every seed\" on every seed, one that says \"median\" on the median; a line that "
+            "starts \"not the paper's claim\" checks the spec's proxy and is not counted among the paper's claims):")
+
+
+def collapse_lines(table: pd.DataFrame) -> list[str]:
+    if "after_target" not in table or not (table["after_target"] != "").any():
+        return []
+    head = (f"After the target round: each rounds-to-target's final and worst value over the seeds that reached it; "
+            f"{COLLAPSE_RULE}.")
+    return [head, *(["Collapses:", *collapses(table)] if collapses(table) else ["No run collapsed."])]
+
+
 def report(rep: Reproduction, scale_name: str, table: pd.DataFrame, claims: list[Claim], seconds: float | None = None,
-           tuning: pd.DataFrame | None = None, where: str | None = None) -> str:
+           tuning: pd.DataFrame | None = None, where: str | None = None, seed_note: str = "") -> str:
     scale = rep.scales[scale_name]
     lines = [f"## {rep.name} — {rep.title} (scale {scale_name})", ""]
-    if rep.quote:
-        lines += [f"Paper: {rep.quote}", ""]
-    if scale.note:
-        lines += [f"Setting: {scale.note}", ""]
-    if seconds is not None:  # the catalog's figure is an estimate; this is what the grid took here
-        lines += [f"Compute: measured {seconds:.0f} s on {where or machine()} (catalog estimate: {scale.compute})", ""]
+    for text in intro(rep, scale_name, seconds, where, seed_note):
+        lines += [text, ""]
     if tuning is not None and not tuning.empty:
         lines += [tuning_markdown(rep, scale, tuning), ""]
-    n = len(scale.seeds)
+    if convention := rounds_convention(rep, table):
+        lines += [convention, ""]
     lines += [to_markdown(table), ""]
-    if "after_target" in table and (table["after_target"] != "").any():
-        lines += [f"After the target round: each rounds-to-target's final and worst value over the seeds that reached it; "
-                  f"{COLLAPSE_RULE}."]
-        lines += (["Collapses:", *collapses(table)] if collapses(table) else ["No run collapsed."]) + [""]
-    lines += [f"Claims (judged on {n} seed{'s' if n > 1 else ''}"
-              + (f": a claim holds on the mean and on at least {seeds_needed(n)} of the {n} seeds" if n > 1 else
-                 ": one seed, the verdict may move with float rounding") + "):"]
+    if after := collapse_lines(table):
+        lines += [*after, ""]
+    lines += [seeds_rule(len(scale.seeds))]
     lines += [claim_line(c, scale_name) for c in claims]
     return "\n".join(lines)
 
@@ -334,9 +424,9 @@ def figure_marks(rep: Reproduction, jobs: list[Job]) -> Marks:
 
 def save(rep: Reproduction, scale_name: str, runs, table, claims, out: Path, stamp: str, uri: str,
          seconds: float | None = None, tuning: pd.DataFrame | None = None, marks: Marks = Marks(),
-         hashes: pd.DataFrame | None = None, where: str | None = None) -> tuple[str, list[Path], Section]:
+         hashes: pd.DataFrame | None = None, where: str | None = None, seed_note: str = "") -> tuple[str, list[Path], Section]:
     out.mkdir(parents=True, exist_ok=True)
-    markdown = report(rep, scale_name, table, claims, seconds, tuning, where)
+    markdown = report(rep, scale_name, table, claims, seconds, tuning, where, seed_note)
     files = [out / "comparison.md", out / "comparison.csv"]
     files[0].write_text(markdown + "\n")
     to_csv_frame(table, tuning).to_csv(files[1], index=False)
@@ -347,7 +437,7 @@ def save(rep: Reproduction, scale_name: str, runs, table, claims, out: Path, sta
                          marks)
     if figure is not None:
         files.append(figure)
-    section = outcome_section(rep, scale_name, table, claims, seconds, tuning, figure, hashes, where)
+    section = outcome_section(rep, scale_name, table, claims, seconds, tuning, figure, hashes, where, seed_note)
     files.append(write_page(out / "page.html", f"fedbench reproduce {rep.name} --scale {scale_name}", [section],
                             provenance_rows=provenance({"MLflow store": uri, "MLflow runs": f"named {stamp}-*"})))
     log_comparison(rep, scale_name, files, claims, stamp, uri)
@@ -356,14 +446,15 @@ def save(rep: Reproduction, scale_name: str, runs, table, claims, out: Path, sta
 
 def outcome_section(rep: Reproduction, scale_name: str, table: pd.DataFrame, claims: list[Claim], seconds: float | None,
                     tuning: pd.DataFrame | None, figure: Path | None, hashes: pd.DataFrame | None,
-                    where: str | None = None) -> Section:
-    """A reproduction's part of a results page: each claim's verdict, paper vs measured, the tuning grid,
-    the figure, and the config hash of every run."""
+                    where: str | None = None, seed_note: str = "") -> Section:
+    """A reproduction's part of a results page, carrying what its Markdown carries: the paper's sentence, the
+    setting, the seeds, each claim's verdict with its NARROWER THAN THE PAPER note, paper vs measured with its
+    rounds-to-target convention, the collapses, the tuning grid, the figure, and the config hash of every run."""
     scale = rep.scales[scale_name]
-    paragraphs = [f"Setting: {scale.note}"] if scale.note else []
-    if seconds is not None:
-        paragraphs.append(f"Compute: measured {seconds:.0f} s on {where or machine()} (catalog estimate: {scale.compute})")
-    tables = [("Paper vs measured", display_frame(table))]
+    paragraphs = intro(rep, scale_name, seconds, where, seed_note) + collapse_lines(table)
+    paragraphs.append(seeds_rule(len(scale.seeds)))
+    convention = rounds_convention(rep, table)
+    tables = [("Paper vs measured" + (f" ({convention.rstrip('.')})" if convention else ""), display_frame(table))]
     if tuning is not None and not tuning.empty:
         shown = tuning[[c for c in ("method", "group", "setting", "by", "shown", "chosen") if c in tuning]]
         tables.append(("Equal tuning: every candidate and the winner per method", shown))
@@ -371,7 +462,8 @@ def outcome_section(rep: Reproduction, scale_name: str, table: pd.DataFrame, cla
         tables.append(("Runs and their config hashes", hashes))
     figures = [(f"{rep.name}: mean over seeds, band min to max", figure.read_bytes())] if figure is not None else []
     return Section(f"{rep.name}: {rep.title} (scale {scale_name})", paragraphs, tables, figures,
-                   [(c.text, c.holds, c.detail) for c in claims],
+                   [(c.text + (f" NARROWER THAN THE PAPER: {c.narrower}." if c.narrower else ""), c.holds, c.detail)
+                    for c in claims],
                    "does not hold" if scale_name == "full" else "does not hold at this scale")
 
 
@@ -388,9 +480,16 @@ def log_comparison(rep: Reproduction, scale_name: str, files: list[Path], claims
     client.set_terminated(run.info.run_id, "FINISHED" if all(c.holds for c in claims) else "FAILED")
 
 
-def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: Path = OUTPUTS) -> Outcome:
-    """Run the scale's grid and compare; raises ConfigError/DataUnavailableError before any training."""
+def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: Path = OUTPUTS,
+              seeds: tuple[int, ...] | None = None) -> Outcome:
+    """Run the scale's grid and compare; raises ConfigError/DataUnavailableError before any training.
+    seeds: the reproduction's seeds instead of the scale's. With several seeds, a verdict within one seed of
+    flipping (compare.within_one_seed) is judged again on MIN_SEEDS seeds: the grid runs the next unused seeds."""
     scale = get_scale(rep, scale_name)
+    refuse_own_keys(extra)
+    if seeds is not None:
+        rep = with_seeds(rep, scale_name, seeds)
+        scale = rep.scales[scale_name]
     lacking = missing(rep, scale_name)
     if lacking:
         raise ConfigError(f"{rep.name} cannot run here: missing {', '.join(lacking)}")
@@ -403,12 +502,28 @@ def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] 
     if not runs:
         raise FedbenchError(f"{rep.name}: no run finished ({'; '.join(failures)})")
     uri = tracking_uri(extra)
-    table, claims, tuning = evaluate(rep, scale_name, runs)
+    flips: list[str] = []
+    table, claims, tuning = evaluate(rep, scale_name, runs, flips)
+    seed_note = ""
+    if flips and 1 < len(scale.seeds) < MIN_SEEDS:
+        before = scale.seeds
+        more = tuple(s for s in range(max(before) + 1, max(before) + 1 + MIN_SEEDS) if s not in before)[:MIN_SEEDS - len(before)]
+        print(f"[reproduce] {rep.name}: {len(flips)} verdict(s) within one seed of flipping on seeds "
+              f"{seed_span(before)}; judging on {MIN_SEEDS} seeds (adding {seed_span(more)})", flush=True)
+        rep = with_seeds(rep, scale_name, (*before, *more))
+        scale = rep.scales[scale_name]
+        added = [job for job in plan(rep, scale, stamp, extra) if job.seed in more]
+        new_runs, new_failures = run_grid(rep, scale, added, out / "runs" / stamp)
+        runs, failures, jobs = in_grid_order(scale, runs + new_runs), failures + new_failures, jobs + added
+        table, claims, tuning = evaluate(rep, scale_name, runs)
+        seed_note = (f"the scale's {seed_span(before)}, extended to {MIN_SEEDS} because "
+                     f"{'a verdict was' if len(flips) == 1 else f'{len(flips)} verdicts were'} within one seed of flipping "
+                     f"on {len(before)} seeds: " + "; ".join(flips))
     if failures:
         claims.append(Claim("every job of the grid ran to the end", False, "failed: " + "; ".join(failures)))
     markdown, files, section = save(rep, scale_name, runs, table, claims, out / scale_name, stamp, uri,
                                     time.perf_counter() - started, tuning, figure_marks(rep, jobs), config_hashes(jobs),
-                                    machine(extra))
+                                    machine(extra), seed_note)
     return Outcome(table, claims, markdown, files, section)
 
 
@@ -418,17 +533,19 @@ def config_hashes(jobs: list[Job]) -> pd.DataFrame:
     return pd.DataFrame([{"arm": job.arm.slug, "seed": job.seed, "config hash": config_hash(job.cfg)} for job in jobs])
 
 
-def timed_reproduction(name: str, scale_name: str, extra: tuple[str, ...], outputs: Path) -> tuple[Outcome, float]:
+def timed_reproduction(name: str, scale_name: str, extra: tuple[str, ...], outputs: Path,
+                       seeds: tuple[int, ...] | None = None) -> tuple[Outcome, float]:
     """One entry by name (in a worker process of `reproduce_all(jobs=...)`) and the seconds it took."""
     from fedbench.reproduce.catalog import load_catalog
 
     started = time.perf_counter()
-    outcome = reproduce(load_catalog()[name], scale_name, extra, outputs)
+    outcome = reproduce(load_catalog()[name], scale_name, extra, outputs, seeds)
     return outcome, time.perf_counter() - started
 
 
 def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: Path = OUTPUTS,
-                  echo=print, record: bool = False, jobs: int = 1) -> tuple[dict[str, Outcome | str], Path]:
+                  echo=print, record: bool = False, jobs: int = 1,
+                  seeds: tuple[int, ...] | None = None) -> tuple[dict[str, Outcome | str], Path]:
     """Every reproduction with this scale that can run here, one after the other (jobs > 1: that many at once,
     each in a worker process of its own); the others are listed with the reason. Returns {name: outcome or why
     it did not run} and the summary file (Markdown).
@@ -436,6 +553,7 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
     from fedbench.reproduce.catalog import load_catalog
     from fedbench.reproduce import results as recorded
 
+    refuse_own_keys(extra)
     if record:
         recorded.docs_path()  # a checkout to record into, checked before hours of training
     results: dict[str, Outcome | str] = {}
@@ -462,13 +580,13 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
                 (outputs / name).mkdir(parents=True, exist_ok=True)
             # the longest first (the scale's recorded compute), so that the workers finish together
             took = recorded.recorded(scale_name).groupby("reproduction")["seconds"].first().to_dict()
-            futures = {name: pool.submit(timed_reproduction, name, scale_name, (*extra, *stores[name]), outputs)
+            futures = {name: pool.submit(timed_reproduction, name, scale_name, (*extra, *stores[name]), outputs, seeds)
                        for name in sorted(runnable, key=lambda n: -float(took.get(n, 1e9)))}
             done = {name: future.exception() or future.result() for name, future in futures.items()}
     for name in runnable:
         try:
             echo(f"[reproduce all] {name} --scale {scale_name}")
-            outcome = done[name] if jobs > 1 else timed_reproduction(name, scale_name, extra, outputs)
+            outcome = done[name] if jobs > 1 else timed_reproduction(name, scale_name, extra, outputs, seeds)
             if isinstance(outcome, BaseException):
                 raise outcome
             results[name], seconds[name] = outcome
@@ -477,7 +595,7 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
             results[name] = f"not run: {err}"
     lines = [f"# fedbench reproduce all --scale {scale_name}", "", "| reproduction | claims that hold |", "|---|---|"]
     for name, result in results.items():
-        held = result if isinstance(result, str) else f"{sum(c.holds for c in result.claims)} / {len(result.claims)}"
+        held = result if isinstance(result, str) else paper_count(result.claims)
         lines.append(f"| {name} | {held} |")
     lines += [""] + [result.markdown + "\n" for result in results.values() if not isinstance(result, str)]
     outputs.mkdir(parents=True, exist_ok=True)
@@ -485,7 +603,8 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
     summary.write_text("\n".join(lines))
     shown = [o for o in extra if not o.startswith("tracking.")]  # where it was recorded changes no number
     command = " ".join(["fedbench reproduce all --scale", scale_name, *(["--record"] if record else []),
-                        *([f"--jobs {jobs}"] if jobs > 1 else []), *shown])
+                        *([f"--jobs {jobs}"] if jobs > 1 else []), *([f"--seeds {seed_span(seeds)}"] if seeds else []),
+                        *shown])
     page = all_page(outputs / f"all-{scale_name}.html", scale_name, results, command)
     echo(f"results page: {page}")
     if record:
@@ -499,7 +618,7 @@ def all_page(path: Path, scale_name: str, results: dict[str, Outcome | str], com
     """One page for every reproduction of a scale: how many claims held per reproduction, then each one's
     section (tracking.page)."""
     overview = pd.DataFrame([{"reproduction": name, "claims that hold": result if isinstance(result, str) else
-                              f"{sum(c.holds for c in result.claims)} / {len(result.claims)}"}
+                              paper_count(result.claims)}
                              for name, result in results.items()])
     sections = [Section("Overview", [f"Every reproduction with a {scale_name} scale that runs here."],
                         [("", overview)])]

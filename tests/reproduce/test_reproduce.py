@@ -341,7 +341,7 @@ def test_cli_exit_code_0_when_every_claim_holds(monkeypatch):
     import fedbench.reproduce.run as run_module
 
     outcome = run_module.Outcome(pd.DataFrame(), [Claim("holds", True)], "| table |", [])
-    monkeypatch.setattr(run_module, "reproduce", lambda rep, scale, extra: outcome)
+    monkeypatch.setattr(run_module, "reproduce", lambda rep, scale, extra, seeds=None: outcome)
     result = CliRunner().invoke(cli_app, ["reproduce", "losac/fig7", "--scale", "ci"])
     assert result.exit_code == 0 and "| table |" in result.output
 

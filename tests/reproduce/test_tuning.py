@@ -127,7 +127,7 @@ def test_every_tuned_catalog_scale_gives_every_method_a_grid_of_one_size():
                 assert a.method == CATALOG[name].reference, (name, scale_name, a.method)
     table3 = CATALOG["fedadmm/table3"].scales["ci"]
     assert {a.setting for a in table3.runs} == {"eta_l=0.01", "eta_l=0.1", "eta_l=0.2", "eta_l=0.5"}  # fedadmm.md A4
-    assert {a.method for a in table3.arms} == {"FedSGD", "FedADMM", "FedAvg", "FedProx", "SCAFFOLD"}
+    assert {a.method for a in table3.arms} == {"FedSGD", "FedADMM", "FedADMM (Init II)", "FedAvg", "FedProx", "SCAFFOLD"}
 
 
 def test_the_output_names_every_candidate_and_the_winner(tmp_path, monkeypatch):
