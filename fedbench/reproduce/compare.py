@@ -163,6 +163,14 @@ def transient_collapse(metric: Metric, history: pd.DataFrame) -> tuple[int, floa
     return int(after_rounds[first]), float(after[first])
 
 
+def curve(source: str, history: pd.DataFrame) -> np.ndarray:
+    """[rounds, 2]: the logged (round, value) pairs of `source` from round 1 on (a claim about every round reads them)."""
+    if source not in history:
+        return np.empty((0, 2))
+    data = history[["round", source]].dropna().sort_values("round")
+    return data[data["round"] >= 1].to_numpy(dtype=float)
+
+
 def aggregate(rep: Reproduction, runs: list[RunResult], extra: tuple[Metric, ...] = ()) -> pd.DataFrame:
     """One row per (arm, metric), the entry's metrics and `extra`: mean and std over seeds of the measured values;
     a rounds-to-target also has each seed's final and worst value after the target round, and its collapses."""
@@ -187,7 +195,8 @@ def aggregate(rep: Reproduction, runs: list[RunResult], extra: tuple[Metric, ...
                              seed_ids=[r.seed for r in arm_runs], finals=[a[0] for a in after], worst=[a[1] for a in after],
                              collapsed=[r.seed for r, a in zip(arm_runs, after) if a[2]],
                              transient=[(r.seed, *dip) for r in arm_runs
-                                        if metric.is_rounds and (dip := transient_collapse(metric, r.history)) is not None]))
+                                        if metric.is_rounds and (dip := transient_collapse(metric, r.history)) is not None],
+                             series=[curve(metric.source, r.history) for r in arm_runs]))
     return pd.DataFrame(rows)
 
 
@@ -252,9 +261,9 @@ def tie_break() -> Metric:
 
 def primary(rep: Reproduction, scale: Scale, group: str) -> tuple[str, bool]:
     """The metric that picks a group's winners, and whether higher is better: the entry's rounds-to-target
-    that applies to the group, else the scale's `tune.by`."""
+    that applies to the group, else the scale's `tune.by` (first when `tune.by_first`)."""
     rounds = [m.name for m in rep.metrics if m.is_rounds and m.applies(group)]
-    if rounds:
+    if rounds and not (scale.tune is not None and scale.tune.by_first):
         return rounds[0], False
     if scale.tune is None or scale.tune.by is None:
         raise ValueError(f"{rep.name}: no rounds-to-target for {group!r} and no tune.by to choose the winners")
@@ -276,10 +285,11 @@ def tuning_table(rep: Reproduction, scale: Scale, measured: pd.DataFrame) -> pd.
         name, higher = primary(rep, scale, group)
         order[group] = higher
         row = cell[cell["metric"] == name]
+        guard = cell[cell["metric"] == guard_metric(rep, group, name)]
         last = cell[cell["metric"] == tie]["mean"]
         value = float(row["mean"].iloc[0]) if not row.empty else math.nan
         shown = candidate_text(row.iloc[0]) if not row.empty else "n/a"
-        collapsed = list(row["collapsed"].iloc[0]) if not row.empty and isinstance(row["collapsed"].iloc[0], list) else []
+        collapsed = list(guard["collapsed"].iloc[0]) if not guard.empty and isinstance(guard["collapsed"].iloc[0], list) else []
         if collapsed:
             shown += " collapsed (" + ", ".join(f"seed {s}" for s in collapsed) + ")"
         dips = list(row["transient"].iloc[0]) if not row.empty and isinstance(row["transient"].iloc[0], list) else []
@@ -295,6 +305,14 @@ def tuning_table(rep: Reproduction, scale: Scale, measured: pd.DataFrame) -> pd.
     picked = set(zip(chosen["method"], chosen["group"], chosen["setting"]))
     table["chosen"] = [k in picked for k in zip(table["method"], table["group"], table["setting"])]
     return table[cols]
+
+
+def guard_metric(rep: Reproduction, group: str, primary_name: str) -> str:
+    """The metric whose collapses the stability guard reads: the primary metric when it is a rounds-to-target, else
+    the group's first rounds-to-target (when `tune.by` ranks by an error), else the primary metric."""
+    if any(m.name == primary_name and m.is_rounds for m in rep.metrics):
+        return primary_name
+    return next((m.name for m in rep.metrics if m.is_rounds and m.applies(group)), primary_name)
 
 
 def candidate_text(row) -> str:
@@ -323,10 +341,9 @@ def tuning_markdown(rep: Reproduction, scale: Scale, tuning: pd.DataFrame) -> st
         return ""
     sizes = tuning.groupby(["method", "group"], sort=False).size()
     rules = dict.fromkeys(rule(r.by, primary(rep, scale, r.group)[1]) for r in tuning.itertuples())
-    guard = (f" Stability guard, the same for every method: a candidate with a seed that ends collapsed (more "
-             f"than {COLLAPSE_POINTS * 100:g} accuracy points below the target it reached; an error: more than "
-             f"{COLLAPSE_FACTOR:g}x above) loses to every candidate without one; a transient collapse is shown, not "
-             "ranked." if any(tuning["by"].str.startswith("rounds_to")) else "")
+    guard = (f" Stability guard, the same for every method: a candidate with a collapsed seed ({COLLAPSE_RULE}) "
+             "loses to every candidate without one; a transient collapse is shown, not ranked."
+             if any(m.is_rounds for m in rep.metrics) else "")
     lines = [f"Equal tuning: every method runs {int(sizes.iloc[0])} candidates per group; the winner per method and group "
              f"has the {'; '.join(rules)}.{guard} The comparison and the claims use the winners."
              + (f" Not tuned: {', '.join(scale.tune.fixed)} (the setting in the note)." if scale.tune.fixed else ""), "",

@@ -84,6 +84,9 @@ class Tune:
     # methods that run at their arm's own setting: a reference the claims do not rank against the tuned
     # methods (a speed-up's denominator), where its tuning does not fit the scale; the output names them
     fixed: tuple[str, ...] = ()
+    # `by` picks the winners even in groups with a rounds-to-target, whose collapse rule stays the stability guard
+    # (composite: the final error decides, since the first round at 1e-4 cannot tell a stall at 1e-6 from 1e-13)
+    by_first: bool = False
 
     def applies(self, group: str, method: str = "") -> bool:
         return (not self.only or group.startswith(self.only)) and method not in self.fixed

@@ -32,6 +32,14 @@ TABLE1_METRICS = tuple(rounds_to(t, offset=1, only=tuple(g for g, b in BLOCKS.it
                                  + (("digits",) if t in BLOCKS["MNIST MCLR"][2] else ())) for t in THRESHOLDS)
 
 
+# Table 1 compares "optimal hyper-parameters": at ci both methods are tuned, each over 6 candidates reaching past
+# its best step (FedSSO has a second step, eta). A first grid (FedAvg 0.01 ... 3, FedSSO {0.001, 0.01, 0.1} x
+# {0.3, 1}) chose its largest values for both (FedAvg 3: 6.3 rounds to 88%, FedSSO 0.1 x 1: 2.7): widened upwards
+CI_FEDAVG_ALPHAS = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
+CI_FEDSSO_ALPHAS, CI_FEDSSO_ETAS = (0.01, 0.1, 1.0), (1.0, 3.0)
+CI_TOP = "rounds_to_0.88"  # the threshold the ci claim is about picks the winners (every method reaches 0.4 in round 1)
+
+
 def table1_arms(blocks) -> tuple[Arm, ...]:
     return tuple(Arm(m, g, (f"dataset={ds}", *model_overrides(model), *o)) for g, (ds, model, _, methods) in blocks.items()
                  for m, o in methods.items())
@@ -67,11 +75,17 @@ register(Reproduction(
         "full": Scale(table1_arms(BLOCKS), (0,), "cpu", "16 arms x 200 rounds, 20 clients: ~2 CPU-hours (FedNL: GPU)",
                       ("mnist", "emnist")),
         "ci": Scale(tuple(Arm(m, "digits MCLR", o) for m, o in (("FedAvg", ("algorithm=fedavg",)), ("FedSSO", ("algorithm=fedsso",)))),
-                    (0, 1, 2), "cpu", "~1 min on 2 CPU cores",
+                    (0, 1, 2), "cpu", "2 arms x 6 candidates x 3 seeds x 20 rounds",
                     config="fedsso/table1/ci", paper_groups={"digits MCLR": "MNIST MCLR"},
-                    note="digits over 20 PFL-Non-IID clients (least_samples 2), MCLR, tau = 5, B = 10, alpha = 0.01, eta = 1, 20 rounds, "
-                         "3 seeds; cut: FedAvg and FedSSO only (not SCAFFOLD, FedDANE, FedNL), one threshold (0.88), "
-                         "the other three blocks not run, the step sizes the spec's proxy's, not tuned"),
+                    note="digits over 20 PFL-Non-IID clients (least_samples 2), MCLR, tau = 5, B = 10, 20 rounds, 3 seeds; "
+                         f"each method at its optimal hyper-parameters as Table 1 compares them, tuned over 6 candidates each "
+                         f"by the fewest rounds to 0.88 (the same rule, the stability guard included): FedAvg alpha in {{{', '.join(map(format, CI_FEDAVG_ALPHAS))}}}, FedSSO "
+                         f"alpha in {{{', '.join(map(format, CI_FEDSSO_ALPHAS))}}} x eta in {{{', '.join(map(format, CI_FEDSSO_ETAS))}}}; "
+                         "cut: FedAvg and FedSSO only (not SCAFFOLD, FedDANE, FedNL), one threshold (0.88), the other three "
+                         "blocks not run",
+                    tune=Tune({"FedAvg": candidates(axis("eta_l", CI_FEDAVG_ALPHAS)),
+                               "FedSSO": candidates(axis("eta_l", CI_FEDSSO_ALPHAS), axis("eta_g", CI_FEDSSO_ETAS))},
+                              by=CI_TOP, lower=True, by_first=True)),
     },
     check=check_table1,
 ))

@@ -160,3 +160,47 @@ def test_report_best_by_applies_the_same_rule():
                           run("0.2", 0, 3, 0.7), run("0.2", 1, 3, 0.7)])  # ties 0.1 at round 3, ends higher
     table = build_table(frame, [], 0.5, None, "rounds_to_0.5")
     assert table["best config"].tolist() == ["eta_l=0.2"] and table["rounds_to_0.5"].tolist() == ["3.0 ± 0.0"]
+
+
+def test_by_first_ranks_by_the_entrys_error_where_the_first_round_at_a_target_would_mislead(tmp_path, monkeypatch):
+    """composite: eta 0.1 reaches 1e-4 first but stalls at 1e-6, eta 0.5 reaches it later and ends at 1e-13; the final
+    error picks 0.5 (by_first), while the rounds-to-target rule would pick 0.1; the rounds metric's collapse still
+    guards: eta 1 ends lowest but collapsed after reaching 1e-4 on one seed (above 10x 1e-4 at some round it ended at)."""
+    def errors(hit: int, end: float, rounds: int = 12, collapse: bool = False) -> pd.DataFrame:
+        r = np.arange(rounds + 1)
+        e = np.where(r < hit, 1.0, np.where(r == hit, 1e-4, end))
+        if collapse:
+            e = np.where(r >= hit + 2, 1e-2, e)
+        return pd.DataFrame({"round": r, "err": e})
+
+    monkeypatch.setattr(entry_module, "PAPERS_DIR", tmp_path)
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / "err.csv").write_text("method,group,metric,value\n")
+    metrics = (rounds_to(1e-4, "err", mode="min"), Metric("final_err", "at", "err"))
+    grid = candidates(axis("eta_l", (0.1, 0.5, 1.0)))
+    spec = {"eta_l=0.1": [errors(2, 1e-6)] * 2, "eta_l=0.5": [errors(5, 1e-13)] * 2,
+            "eta_l=1": [errors(3, 1e-15), errors(3, 1e-15, collapse=True)]}
+    chosen = {}
+    for by_first in (False, True):
+        rep = Reproduction(name="fake/err", paper="fake", title="T", claim="c", metrics=metrics,
+                           scales={"ci": Scale((Arm("A", "g"),), (0, 1), "cpu", "s",
+                                               tune=Tune({"A": grid}, by="final_err", lower=True, by_first=by_first))},
+                           check=lambda table, scale: [Claim("c", True)])
+        runs = [RunResult("A", "g", s, 12, h, setting) for setting, hs in spec.items() for s, h in enumerate(hs)]
+        tuning = evaluate(rep, "ci", runs)[2]
+        chosen[by_first] = tuning.loc[tuning["chosen"], "setting"].tolist()
+        if by_first:
+            assert set(tuning["by"]) == {"final_err"} and "collapsed (seed 1)" in tuning.set_index("setting")["shown"]["eta_l=1"]
+    assert chosen == {False: ["eta_l=0.1"], True: ["eta_l=0.5"]}
+
+
+def test_fedsso_table1_ci_compares_both_methods_at_their_tuned_step_sizes():
+    """Table 1 compares "optimal hyper-parameters": FedAvg is tuned as FedSSO is (it ran untuned at FedSSO's
+    alpha = 0.01), over a grid that reaches alpha = 1 (88% in 6-8 rounds) and beyond."""
+    scale = CATALOG["fedsso/table1"].scales["ci"]
+    assert scale.tune is not None and set(scale.tune.grid) == {"FedAvg", "FedSSO"} and not scale.tune.fixed
+    assert len(scale.tune.grid["FedAvg"]) == len(scale.tune.grid["FedSSO"]) == 6
+    assert {"eta_l=1", "eta_l=3"} <= {" ".join(c) for c in scale.tune.grid["FedAvg"]}
+    assert {c[1] for c in scale.tune.grid["FedSSO"]} == {"eta_g=1", "eta_g=3"}
+    assert "not tuned" not in scale.note and "FedAvg alpha in {0.03, 0.1, 0.3, 1.0, 3.0, 10.0}" in scale.note
+    assert scale.tune.by == "rounds_to_0.88" and scale.tune.by_first  # the claim's threshold, not 0.4 (round 1 for all)
