@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fedbench.cli.app import app as cli_app
-from fedbench.config.compose import compose
+from fedbench.config.preflight import checked_compose
 from fedbench.core.errors import ConfigError
 from fedbench.reproduce import catalog as catalog_module
 from fedbench.reproduce.catalog import load_catalog
@@ -171,7 +171,7 @@ def algorithm_of(name: str, scale_name: str, method: str):
     rep = CATALOG[name]
     scale = rep.scales[scale_name]
     arm = next(a for a in scale.runs if a.method == method)
-    return compose(job_overrides(rep, scale, arm), checked=True).algorithm
+    return checked_compose(job_overrides(rep, scale, arm)).algorithm
 
 
 @pytest.mark.parametrize("scale_name", ["ci", "fmnist"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from fedbench.config.compose import compose
+from fedbench.config.preflight import checked_compose
 from fedbench.reproduce.catalog import load_catalog
 from fedbench.reproduce.run import job_overrides
 
@@ -14,7 +14,7 @@ CATALOG = load_catalog()
 
 
 def algorithm_node(overrides: list[str]) -> dict:
-    return OmegaConf.to_container(compose(overrides, checked=True).algorithm, resolve=True)
+    return OmegaConf.to_container(checked_compose(overrides).algorithm, resolve=True)
 
 
 def test_fedadmm_table3_fedprox_by_hand_is_the_reproductions_fedprox_arm():
