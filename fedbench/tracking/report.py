@@ -46,7 +46,8 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
         raise ConfigError(f"--filter {filter_string!r} is not a valid MLflow search filter: {one_line(exc)} "
                           "(e.g. \"tags.sweep_dir LIKE '%04-10%'\" or \"params.eta_l = '0.1'\")") from None
     rows = []
-    for run in runs:
+    others = [run for run in runs if "algorithm.name" not in run.data.params]  # a shared store: not fedbench's runs
+    for run in (run for run in runs if "algorithm.name" in run.data.params):
         history = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, "test_accuracy"))
         accs = [v for _, v in history]
         rows.append({
@@ -59,7 +60,9 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
             "best_accuracy": max(accs, default=None),
             "final_loss": run.data.metrics.get("test_loss"),
         })
-    return one_run_per_config(pd.DataFrame(rows))
+    frame = one_run_per_config(pd.DataFrame(rows))
+    frame.attrs["not_fedbench"] = len(others)  # what finished_runs says it left out
+    return frame
 
 
 def metric_curves(frame: pd.DataFrame, uri: str | None, metric: str, x: str = "round") -> pd.DataFrame:
@@ -449,8 +452,15 @@ def finished_runs(uri: str | None, experiment: str, filter_string: str = "") -> 
     from fedbench.core.errors import ConfigError
 
     frame = load_runs(uri, experiment, filter_string)
+    others = frame.attrs.get("not_fedbench", 0)
+    left_out = f" ({others} FINISHED run(s) without the param algorithm.name, not recorded by fedbench, left out)" if others else ""
     if frame.empty:
-        raise ConfigError(f"no FINISHED runs in experiment {experiment!r}" + (f" matching {filter_string!r}" if filter_string else ""))
+        raise ConfigError(f"no FINISHED fedbench runs in experiment {experiment!r}"
+                          + (f" matching {filter_string!r}" if filter_string else "") + left_out)
+    if others:
+        import sys
+
+        print(f"note: {left_out.strip(' ()')}", file=sys.stderr)
     return frame
 
 

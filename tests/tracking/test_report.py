@@ -263,3 +263,29 @@ def test_a_figures_title_reads_like_a_caption():
     assert shared_heading(frame) == "FMNIST, Dirichlet(0.3), MCLR, 10 of 20 clients"
     frame.loc[0, "param:partition.alpha"] = "0.1"  # what differs is not in the title
     assert shared_heading(frame) == "FMNIST, Dirichlet, MCLR, 10 of 20 clients"
+
+
+def test_a_run_that_fedbench_did_not_record_is_left_out_with_a_note(tmp_path):
+    """A shared store holds other tools' runs: they have none of fedbench's params. `report` leaves them out and
+    says how many; a store with only such runs is one line, not a KeyError traceback."""
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("fedbench")
+    run = client.create_run(exp)
+    client.log_batch(run.info.run_id, metrics=[Metric("test_accuracy", 0.5, 0, 1)], params=[Param("lr", "0.1")])
+    client.set_terminated(run.info.run_id)
+    out = cli("report", "--uri", uri)
+    assert isinstance(out.exception, ConfigError), out.output
+    assert "no FINISHED fedbench runs in experiment 'fedbench' (1 FINISHED run(s) without the param algorithm.name" \
+        in str(out.exception)
+    for i, row in enumerate(grid_rows()[:2]):
+        rid = client.create_run(exp, tags={"config_hash": f"h{i}"}).info.run_id
+        client.log_batch(rid, metrics=[Metric("test_accuracy", a, 0, r) for r, a in row["history"]],
+                         params=[Param(k, v) for k, v in row["params"].items()])
+        client.set_terminated(rid)
+    out = cli("report", "--uri", uri)
+    assert out.exit_code == 0, out.output
+    assert "fedavg" in out.output and "1 FINISHED run(s) without the param algorithm.name" in out.output
