@@ -10,18 +10,21 @@ class FedbenchError(Exception):
     """Base class of errors that are the user's to fix; the CLI prints the message alone."""
 
     exit_code = 1
+    before_work = False  # raised before a run's first round: a refused run leaves nothing it made (runs.hydra_app)
 
 
 class ConfigError(FedbenchError):
     """A bad configuration value, found before any work starts (exit code 2)."""
 
     exit_code = 2
+    before_work = True
 
 
 class DataUnavailableError(FedbenchError):
     """A data set that is not on disk and cannot be downloaded (exit code 2)."""
 
     exit_code = 2
+    before_work = True
 
 
 class DivergenceError(FedbenchError):

@@ -232,7 +232,7 @@ def job_failed(job: HydraJob, exc: Exception) -> float:
     if isinstance(exc, FedbenchError):
         report_error(exc)
         if not job.multirun or isinstance(exc, FolderBusy):
-            if exc.exit_code == 2 and not job.multirun and not job.cfg.get("resume"):
+            if exc.before_work and not job.multirun and not job.cfg.get("resume"):
                 _discard_untrained(job.out)
             raise SystemExit(exc.exit_code) from None
     elif not job.multirun:

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from fedbench.core.errors import FedbenchError, is_disk_full, write_failure
 from fedbench.core.secrets import password_hint, redact
 from fedbench.tracking.plots import plot_curves, setting_title
-from fedbench.tracking.store import (StoreError, bound_http_retries, one_attempt, one_line, open_store, probe_server,
+from fedbench.tracking.store import (StoreError, StoreUnreachableError, bound_http_retries, one_attempt, one_line, open_store, probe_server,
                                      resolve_tracking_uri)
 from fedbench.tracking.targets import format_rounds, rounds_to_target, target_key
 
@@ -182,7 +182,7 @@ class Recorder:
         except FedbenchError:
             raise
         except Exception as exc:
-            raise FedbenchError(f"cannot use the MLflow tracking store {self.uri}: {one_line(exc)}"
+            raise StoreUnreachableError(f"cannot use the MLflow tracking store {self.uri}: {one_line(exc)}"
                                 f"{password_hint(self.uri)}") from None
 
     def find_previous(self, config_hash: str):

@@ -18,6 +18,14 @@ class StoreError(FedbenchError):
     exit_code = 1
 
 
+class StoreUnreachableError(FedbenchError):
+    """The tracking store cannot be reached or used as a run starts: nothing was trained (exit 1, as a store
+    that fails later: the config is not at fault)."""
+
+    exit_code = 1
+    before_work = True
+
+
 def one_line(exc: BaseException) -> str:
     """An exception as one short line (sqlalchemy and MLflow errors carry SQL and URLs on many lines)."""
     text = " ".join(str(exc).split())
@@ -204,7 +212,7 @@ def probe_server(uri: str, timeout: float = 5.0) -> None:
         socket.create_connection((host, port), timeout=timeout).close()
     except OSError as exc:
         start = "(mlflow server --port ...)" if scheme.startswith("http") else f"(its {scheme} server)"
-        raise FedbenchError(
+        raise StoreUnreachableError(
             f"cannot reach the MLflow tracking {'server' if scheme.startswith('http') else 'store'} {uri}: "
             f"{exc.strerror or exc}. Start it {start} or use the local store (tracking.uri=null)"
         ) from None

@@ -174,3 +174,18 @@ def test_a_refused_run_removes_its_record_from_a_users_hydra_folder_and_nothing_
     assert out.returncode == 2 and len(error_lines(out.stderr)) == 1, out.stderr[-2000:]
     assert sorted(p.relative_to(mine).as_posix() for p in mine.rglob("*")) == [".hydra", ".hydra/notes.txt",
                                                                                "server.log"]
+
+
+def test_a_run_whose_store_cannot_be_reached_leaves_nothing_it_made(tmp_path):
+    """Refused with exit 1 before its first round (no tracking server at the address): Hydra's `.hydra/` and log go
+    again, and so do the folders the run created (outputs/runs/<date>/...); a folder that was there stays."""
+    import socket
+
+    with socket.socket() as s:  # a port with no server
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "outputs").mkdir()
+    out = fedbench("run", *SMALL, f"tracking.uri=http://127.0.0.1:{port}", cwd=tmp_path)
+    assert out.returncode == 1 and "cannot reach the MLflow tracking server" in out.stderr, out.stderr[-2000:]
+    assert len(error_lines(out.stderr)) == 1, out.stderr[-2000:]
+    assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")] == ["outputs"]
