@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -379,7 +380,10 @@ class JobOutput:
         if self.log_file is not None:
             import time
 
-            with open(self.log_file, "a") as f:
+            from fedbench.core.ownership import open_owned
+
+            # never through a link or into another's file: the log is the run's own (core.ownership)
+            with os.fdopen(open_owned(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a") as f:
                 f.write("".join(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {line}\n" for line in text.splitlines()))
 
     def __call__(self, text: str, console: bool = True) -> None:

@@ -189,3 +189,21 @@ def test_a_run_whose_store_cannot_be_reached_leaves_nothing_it_made(tmp_path):
     assert out.returncode == 1 and "cannot reach the MLflow tracking server" in out.stderr, out.stderr[-2000:]
     assert len(error_lines(out.stderr)) == 1, out.stderr[-2000:]
     assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")] == ["outputs"]
+
+
+def test_the_runs_log_is_never_written_through_a_link(tmp_path):
+    """JobOutput appends to the job's log: a link put in its place (after the start-up checks) is refused in one
+    line and its target is untouched; the run's own log is appended to."""
+    from fedbench.core.ownership import NotOurs
+    from fedbench.runs.single import JobOutput
+
+    target = tmp_path / "users_file"
+    target.write_text("the user's file\n")
+    (tmp_path / "hydra_app.log").symlink_to(target)
+    with pytest.raises(NotOurs, match="symlink"):
+        JobOutput("", tmp_path / "hydra_app.log", quiet=True)("round 1")
+    assert target.read_text() == "the user's file\n"
+    output = JobOutput("", tmp_path / "own.log", quiet=True)
+    output("round 1")
+    output("round 2")
+    assert [line.split("] ", 1)[1] for line in (tmp_path / "own.log").read_text().splitlines()] == ["round 1", "round 2"]
