@@ -613,8 +613,27 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
     if record:
         for path in recorded.record(scale_name, results, seconds, machine(extra), command):
             echo(f"recorded: {path}")
-        echo(f"recorded: {all_page(recorded.docs_path().with_suffix('.html'), scale_name, results, command)}")
     return results, summary
+
+
+def reproduce_and_record(rep: Reproduction, scale_name: str, extra: tuple[str, ...] = (), outputs: Path = OUTPUTS,
+                         seeds: tuple[int, ...] | None = None, jobs: int = 1, echo=print) -> Outcome:
+    """`fedbench reproduce ENTRY --record`: run the entry, then record it alone (reproduce.results.record): its rows
+    and sections replace its own, every other entry's stay. The checkout to record into is checked first."""
+    from fedbench.reproduce import results as recorded
+
+    recorded.docs_path()  # before hours of training
+    get_scale(rep, scale_name)
+    started = time.perf_counter()
+    outcome = reproduce(rep, scale_name, extra, outputs, seeds, jobs)
+    took = time.perf_counter() - started
+    shown = [o for o in extra if not o.startswith("tracking.")]  # where it was recorded changes no number
+    command = " ".join(["fedbench reproduce", rep.name, "--scale", scale_name, "--record",
+                        *([f"--jobs {jobs}"] if jobs > 1 else []), *([f"--seeds {seed_span(seeds)}"] if seeds else []),
+                        *shown])
+    for path in recorded.record(scale_name, {rep.name: outcome}, {rep.name: took}, machine(extra), command):
+        echo(f"recorded: {path}")
+    return outcome
 
 
 def all_page(path: Path, scale_name: str, results: dict[str, Outcome | str], command: str) -> Path:

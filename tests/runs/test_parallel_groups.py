@@ -41,6 +41,7 @@ def store_record(db: Path) -> list[tuple]:
     return sorted(out)
 
 
+@pytest.mark.slow
 def test_groups_in_two_workers_give_the_runs_and_record_of_one_process(tmp_path, monkeypatch):
     import fedbench.runs.parallel as parallel
     from fedbench.runs.api import run_batched
