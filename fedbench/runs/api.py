@@ -219,7 +219,7 @@ def run_batched(jobs: list[tuple[Any, list[str], Path, str]], progress: bool = F
         from fedbench.tracking.store import resolve_tracking_uri
 
         stores = {(resolve_tracking_uri(cfg.tracking.get("uri")), str(cfg.tracking.experiment)) for cfg, *_ in jobs}
-        outcomes = run_groups(members, workers, quiet=not progress, sweep=sweep, stores=stores)
+        outcomes = run_groups(train_group, members, workers, quiet=not progress, sweep=sweep, stores=stores)
     else:
         outcomes = (train_group(group, quiet=not progress, sweep=sweep) for group in members)
     out: list[RunResult | Exception] = [None] * len(jobs)  # type: ignore[list-item]

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 NOT_STARTED = "not started"
 
@@ -58,18 +58,18 @@ def _ours(exc: BaseException) -> bool:
     return isinstance(exc, FedbenchError)
 
 
-def train_in_worker(stop_file: str, members: list[tuple[Any, list[str], bool]], quiet: bool, sweep: bool
-                    ) -> list[Any] | tuple[str, int]:
-    """One group in a worker: each job's summary or exception, as runs.api.train_group returns them; once a stop
-    was asked, (NOT_STARTED, 0) for a group that had not started, ("interrupted", signal) for one that stopped."""
-    from fedbench.runs.api import train_group
+def train_in_worker(train: Callable, stop_file: str, members: list[tuple[Any, list[str], bool]], quiet: bool,
+                    sweep: bool) -> list[Any] | tuple[str, int]:
+    """One group in a worker: each job's summary or exception, as `train` (runs.api.train_group) returns them;
+    once a stop was asked, (NOT_STARTED, 0) for a group that had not started, ("interrupted", signal) for one
+    that stopped."""
     from fedbench.runs.interrupts import arm_worker, signal_of
 
     if Path(stop_file).exists():
         return (NOT_STARTED, 0)
     arm_worker(True)
     try:
-        results = train_group(members, quiet, sweep)
+        results = train(members, quiet, sweep)
     except KeyboardInterrupt as exc:  # every lane checkpointed after its round (or stopped at once) and marked KILLED
         return ("interrupted", signal_of(exc))
     finally:
@@ -77,10 +77,11 @@ def train_in_worker(stop_file: str, members: list[tuple[Any, list[str], bool]], 
     return [portable(r) if isinstance(r, BaseException) else r for r in results]
 
 
-def run_groups(groups: list[list[tuple[Any, list[str], bool]]], workers: int, quiet: bool, sweep: bool,
-               stores: set[tuple[str, str]] = frozenset()) -> list[list[Any]]:
-    """Train each group (its members: GroupJob, overrides, whether it may continue a checkpoint) in one of
-    `workers` spawned processes; per group its results in member order (a worker that died: its exception for
+def run_groups(train: Callable, groups: list[list[tuple[Any, list[str], bool]]], workers: int, quiet: bool,
+               sweep: bool, stores: set[tuple[str, str]] = frozenset()) -> list[list[Any]]:
+    """Train each group (its members: GroupJob, overrides, whether it may continue a checkpoint) with `train`, a
+    module-level function that a worker imports by name (runs.api.train_group), in one of `workers` spawned
+    processes; per group its results in member order (a worker that died: its exception for
     every member). `stores`: the (tracking URI, experiment) pairs the runs record into. An interrupt reports
     where each run stopped and exits 128 + the signal (SystemExit)."""
     import multiprocessing
@@ -102,7 +103,7 @@ def run_groups(groups: list[list[tuple[Any, list[str], bool]]], workers: int, qu
         with SweepStop(Path(folder), workers=pids) as stop:
             futures = []
             try:
-                futures = [pool.submit(train_in_worker, str(stop.stop_file), members, quiet, sweep) for members in groups]
+                futures = [pool.submit(train_in_worker, train, str(stop.stop_file), members, quiet, sweep) for members in groups]
                 for future in futures:
                     future.exception()  # waits
             except KeyboardInterrupt as exc:  # a second signal (the workers stop at once), or one before any started

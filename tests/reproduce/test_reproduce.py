@@ -481,7 +481,7 @@ def test_jobs_2_trains_the_seeds_in_worker_processes_with_the_histories_and_clai
     trained, spawned = [], []
     run_grid, run_groups = run_module.run_grid, parallel.run_groups
     monkeypatch.setattr(run_module, "run_grid", lambda *a, **k: trained.append(run_grid(*a, **k)) or trained[-1])
-    monkeypatch.setattr(parallel, "run_groups", lambda *a, **k: spawned.append(len(a[0])) or run_groups(*a, **k))
+    monkeypatch.setattr(parallel, "run_groups", lambda *a, **k: spawned.append(len(a[1])) or run_groups(*a, **k))
     outcomes = [reproduce(rep, "ci", (f"tracking.uri=sqlite:///{tiny_conf}/{jobs}.db", "engine.threads=1"),
                           outputs=tiny_conf / f"out{jobs}", jobs=jobs) for jobs in (1, 2)]
     assert spawned == [2, 3]  # --jobs 2 only: the seeds' groups went to worker processes (0-1, then 2-4)
