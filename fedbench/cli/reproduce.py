@@ -74,8 +74,8 @@ def reproduce(
     name: Annotated[str, typer.Argument(help="a reproduction (<paper>/<table>), `all`, or `list`")],
     scale: Annotated[str, typer.Option("--scale", help="ci (scaled down, CPU minutes), full (the paper's settings) or an entry's own (fedbench reproduce list)")] = "ci",
     record: Annotated[bool, typer.Option("--record", help="record the claims, the compute taken and the command as the "
-                                         "catalog's results and docs/results.md/.html of a source checkout: an entry "
-                                         "replaces only its own record, `all` the scale's")] = False,
+                                         "catalog's results and docs/results.md/.html of a source checkout: each entry "
+                                         "that ran replaces its own record, every other entry keeps its own")] = False,
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="worker processes (1 = one after the other). With an entry: "
                                       "its lane groups (seeds with their own data) train this many at once, every run "
                                       "recorded in the one MLflow store, results as with 1. With `all`: entries run this "

@@ -121,12 +121,16 @@ def run_groups(train: Callable, groups: list[list[tuple[Any, list[str], bool]]],
 
 
 def _outcome(future) -> list[Any] | tuple[str, Any]:
+    from concurrent.futures.process import BrokenProcessPool
+
     if future.cancelled():
         return (NOT_STARTED, 0)
     exc = future.exception()
     if exc is None:
         return future.result()
-    return ("failed", RuntimeError(f"its worker process died ({type(exc).__name__}: {exc})"))
+    if isinstance(exc, BrokenProcessPool):  # killed, out of memory: every job of its group failed with it
+        return ("failed", RuntimeError(f"its worker process died ({exc})"))
+    return ("failed", exc)  # raised before its lanes trained (a run folder another process owns): every job's
 
 
 def report_stopped(groups, outcomes, signum: int) -> None:
