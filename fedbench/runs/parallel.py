@@ -91,9 +91,14 @@ def run_groups(train: Callable, groups: list[list[tuple[Any, list[str], bool]]],
     from fedbench.tracking.store import open_store, quiet_libraries
 
     quiet_libraries()
+    at_once = min(workers, len(groups))
+    threads = {spec.cfg.engine.get("threads") for members in groups for spec, _, _ in members}
+    print(f"fedbench: {len(groups)} lane groups (runs with data of their own), {at_once} at a time in worker processes"
+          + ("" if all(threads) else f"; each worker uses torch's default threads ({os.cpu_count()} cores here): "
+             f"engine.threads={max(1, (os.cpu_count() or 1) // at_once)} gives each its share"), file=sys.stderr, flush=True)
     for uri, experiment in sorted(stores):  # created (and migrated) once, before any worker writes to it
         open_store(uri, experiment)
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(groups)), mp_context=multiprocessing.get_context("spawn"),
+    pool = ProcessPoolExecutor(max_workers=at_once, mp_context=multiprocessing.get_context("spawn"),
                                initializer=init_worker)
     signum = None
     with tempfile.TemporaryDirectory(prefix="fedbench-groups-") as folder:
