@@ -82,6 +82,11 @@ def test_recording_an_entry_keeps_every_other_entrys_record_sections_and_provena
     assert "measured in run A2" in page and "measured in run B1" in page
     assert doc.index("## fake/a —") < doc.index("## fake/b —")  # catalog order, whatever the recording order
     assert (root / "records" / "ci" / "fake" / "b.html").exists() and (root / "records" / "ci" / "fake" / "b.md").exists()
+    for path in (root / "docs" / "results.md", root / "docs" / "results.html"):  # the pages are the record's
+        path.unlink()
+    results_module.rebuild()
+    assert (root / "docs" / "results.md").read_text() == doc
+    assert "measured in run A2" in (root / "docs" / "results.html").read_text()
 
 
 def test_entries_recorded_before_sections_were_stored_keep_theirs(checkout):
