@@ -11,8 +11,12 @@ created here, under the store's lock, before any worker starts (open_store), so 
 schema migrations. The user's store holds exactly what the same grid run in one process records, nothing
 merged afterwards.
 
-Signals: a Ctrl-C or SIGTERM to this process is forwarded to every worker (runs.interrupts.SweepStop); each running group checkpoints its lanes after their round and marks them KILLED,
-groups not started yet stay so, and this process says where each run stopped, then exits 128 + the signal."""
+Signals: a Ctrl-C or SIGTERM to this process is forwarded to every worker (runs.interrupts.SweepStop); each
+running group checkpoints its lanes after their round and marks them KILLED, groups not started yet stay so,
+and this process says where each run stopped, then exits 128 + the signal.
+
+Errors come back as raised in the worker (a DivergenceError stays one: a diverged tuning candidate loses, as
+in one process); a bug keeps its traceback as a note."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ failing alone, and a signal checkpointing every running run and naming where eac
 
 from __future__ import annotations
 
+import pickle
 import signal
 import subprocess
 import sys
@@ -75,6 +76,28 @@ def test_a_group_that_fails_in_its_worker_fails_alone(tmp_path, monkeypatch):
     out = run_batched(good + bad, workers=2)  # the second group's data are missing: it fails as it is built
     assert isinstance(out[0], RunResult) and out[0].history["round"].tolist() == [1, 2, 3, 4]
     assert isinstance(out[1], DataUnavailableError) and "mnist" in str(out[1])  # the worker's error, as raised there
+
+
+def test_a_run_error_comes_back_from_a_worker_as_raised_there():
+    """A diverged lane's DivergenceError must come back as one: a diverged tuning candidate loses (reproduce.run),
+    any other failure fails the grid's claim, so --jobs 2 would judge otherwise than --jobs 1."""
+    from fedbench.core.errors import ConfigError, DivergenceError
+    from fedbench.runs.parallel import portable
+
+    back = pickle.loads(pickle.dumps(portable(DivergenceError(7, "non-finite loss"))))
+    assert type(back) is DivergenceError and (back.round, back.reason) == (7, "non-finite loss")
+    assert str(back) == "run diverged at round 7: non-finite loss" and back.exit_code == 3
+    assert type(pickle.loads(pickle.dumps(portable(ConfigError("bad value"))))) is ConfigError
+
+    class Unpicklable(Exception):
+        def __init__(self, a, b):
+            super().__init__(f"{a} {b}")
+
+    try:
+        raise Unpicklable(1, 2)
+    except Unpicklable as exc:
+        travelled = portable(exc)
+    assert type(travelled) is RuntimeError and str(travelled) == "Unpicklable: 1 2"
 
 
 SCRIPT = """
