@@ -265,6 +265,7 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("reproduce losac/fig6 --scale ci seed=5", "seed=5: a reproduction sets seed per job (choose a reproduction's seeds with --seeds"),
     ("reproduce losac/fig6 tracking.run_name=mine", "tracking.run_name=mine: a reproduction sets tracking.run_name per job"),
     ("reproduce losac/fig6 --seeds 3-1", "--seeds '3-1': expected seeds >= 0 as a range, a list or both"),
+    ("reproduce list --record", "--record records a reproduction's outcome: give an entry (fedbench reproduce list) or `all`"),
 ]
 
 

@@ -37,6 +37,8 @@ Examples:
 
   fedbench reproduce losac/fig6 --scale ci --seeds 0-4   # other seeds than the scale's (a range, a list: 0,3,7)
 
+  fedbench reproduce composite/fig2 --scale full --jobs 2 --record engine.threads=1   # seeds 2 at a time; record this entry
+
   fedbench reproduce fedadmm/table3 --scale full tracking.uri=http://host:5000
 """
 
@@ -71,11 +73,14 @@ def reproduce(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="a reproduction (<paper>/<table>), `all`, or `list`")],
     scale: Annotated[str, typer.Option("--scale", help="ci (scaled down, CPU minutes), full (the paper's settings) or an entry's own (fedbench reproduce list)")] = "ci",
-    record: Annotated[bool, typer.Option("--record", help="with `all`: record every claim and the compute taken as the "
-                                         "catalog's results and docs/results.md (a source checkout)")] = False,
-    jobs: Annotated[int, typer.Option("--jobs", min=1, help="with `all`: entries run in this many worker processes at "
-                                      "once, each recording into its own MLflow store outputs/reproduce/<entry>/mlflow.db unless tracking.uri is "
-                                      "given (1 = one after the other)")] = 1,
+    record: Annotated[bool, typer.Option("--record", help="record the claims, the compute taken and the command as the "
+                                         "catalog's results and docs/results.md/.html of a source checkout: each entry "
+                                         "that ran replaces its own record, every other entry keeps its own")] = False,
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="worker processes (1 = one after the other). With an entry: "
+                                      "its lane groups (seeds with their own data) train this many at once, every run "
+                                      "recorded in the one MLflow store, results as with 1. With `all`: entries run this "
+                                      "many at once, each recording into its own MLflow store "
+                                      "outputs/reproduce/<entry>/mlflow.db unless tracking.uri is given")] = 1,
     seeds: Annotated[str | None, typer.Option("--seeds", help="the reproduction's seeds instead of the scale's: a range "
                                               "(0-4), a list (0,3,7) or both (0-2,7); seed=... is refused")] = None,
 ) -> None:
@@ -87,6 +92,8 @@ def reproduce(
     chosen = parse_seeds(seeds) if seeds is not None else None
 
     if name == "list":
+        if record:
+            raise ConfigError("--record records a reproduction's outcome: give an entry (fedbench reproduce list) or `all`")
         list_reproductions()
         return
     if name == "all":
@@ -100,12 +107,13 @@ def reproduce(
             typer.echo("a claim does not hold", err=True)
             raise typer.Exit(1)
         return
-    if record:
-        raise ConfigError("--record records a whole scale: use it with `fedbench reproduce all --scale <scale>`")
     from fedbench.reproduce.catalog import get
-    from fedbench.reproduce.run import reproduce as run_reproduction
+    from fedbench.reproduce.run import reproduce as run_reproduction, reproduce_and_record
 
-    outcome = run_reproduction(get(name), scale, tuple(withhold(ctx.args)), seeds=chosen)
+    if record:
+        outcome = reproduce_and_record(get(name), scale, tuple(withhold(ctx.args)), seeds=chosen, jobs=jobs, echo=typer.echo)
+    else:
+        outcome = run_reproduction(get(name), scale, tuple(withhold(ctx.args)), seeds=chosen, jobs=jobs)
     typer.echo("\n" + outcome.markdown)
     typer.echo("\nsaved: " + ", ".join(str(p) for p in outcome.files))
     if not outcome.holds:

@@ -37,6 +37,9 @@ class DivergenceError(FedbenchError):
         self.round = round_
         self.reason = reason
 
+    def __reduce__(self):  # unpickled as raised (a run in a worker process: runs.parallel)
+        return type(self), (self.round, self.reason)
+
 
 def unknown_choice(kind: str, value: object, choices: Iterable[str]) -> ConfigError:
     """'Unknown algorithm 'scafold'. Available: ... Did you mean 'scaffold'?'"""

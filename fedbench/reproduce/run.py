@@ -195,10 +195,12 @@ def check_data(jobs: list[Job]) -> None:
         DATASETS.get(cfg.dataset.name)(root=str(cfg.data.root), download=bool(cfg.data.download), **params)
 
 
-def run_grid(rep: Reproduction, scale: Scale, jobs: list[Job], folder: Path) -> tuple[list[RunResult], list[str]]:
-    """Train every job in this process, each in folder/<arm>/<seed>; returns the runs' histories (the
-    series the metrics and plots read) and the failed jobs' messages. A failed job (divergence, bad
-    data, a bug) is reported and the others still run."""
+def run_grid(rep: Reproduction, scale: Scale, jobs: list[Job], folder: Path, workers: int = 1
+             ) -> tuple[list[RunResult], list[str]]:
+    """Train every job, each in folder/<arm>/<seed>; returns the runs' histories (the series the metrics and
+    plots read) and the failed jobs' messages. A failed job (divergence, bad data, a bug) is reported and the
+    others still run. `workers` > 1: the lane groups (jobs with different data, e.g. the seeds of a generated
+    problem) train that many at once in worker processes (runs.parallel), with the results of one process."""
     from fedbench.runs.api import run_batched
 
     if rep.runner == "dlg":
@@ -208,7 +210,7 @@ def run_grid(rep: Reproduction, scale: Scale, jobs: list[Job], folder: Path) -> 
         announce(rep, scale, job)
     # arms and seeds that share data set, split and model train as lanes of one program
     runs = run_batched([(job.cfg, job.overrides, folder / job.arm.slug / str(job.seed), f"{job.arm.slug} seed {job.seed}")
-                        for job in jobs], progress=True, sweep=True)
+                        for job in jobs], progress=True, sweep=True, workers=workers)
     results, failures = [], []
     for job, run in zip(jobs, runs):
         arm = job.arm
@@ -481,10 +483,11 @@ def log_comparison(rep: Reproduction, scale_name: str, files: list[Path], claims
 
 
 def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: Path = OUTPUTS,
-              seeds: tuple[int, ...] | None = None) -> Outcome:
+              seeds: tuple[int, ...] | None = None, jobs: int = 1) -> Outcome:
     """Run the scale's grid and compare; raises ConfigError/DataUnavailableError before any training.
-    seeds: the reproduction's seeds instead of the scale's. With several seeds, a verdict within one seed of
-    flipping (compare.within_one_seed) is judged again on MIN_SEEDS seeds: the grid runs the next unused seeds."""
+    seeds: the reproduction's seeds instead of the scale's. jobs: lane groups trained at once in worker
+    processes (run_grid). With several seeds, a verdict within one seed of flipping (compare.within_one_seed)
+    is judged again on MIN_SEEDS seeds: the grid runs the next unused seeds."""
     scale = get_scale(rep, scale_name)
     refuse_own_keys(extra)
     if seeds is not None:
@@ -494,11 +497,11 @@ def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] 
     if lacking:
         raise ConfigError(f"{rep.name} cannot run here: missing {', '.join(lacking)}")
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"  # two reproductions started in one second stay apart
-    jobs = plan(rep, scale, stamp, extra)
-    check_data(jobs)
+    grid = plan(rep, scale, stamp, extra)
+    check_data(grid)
     started = time.perf_counter()
     out = outputs / rep.name
-    runs, failures = run_grid(rep, scale, jobs, out / "runs" / stamp)
+    runs, failures = run_grid(rep, scale, grid, out / "runs" / stamp, jobs)
     if not runs:
         raise FedbenchError(f"{rep.name}: no run finished ({'; '.join(failures)})")
     uri = tracking_uri(extra)
@@ -513,8 +516,8 @@ def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] 
         rep = with_seeds(rep, scale_name, (*before, *more))
         scale = rep.scales[scale_name]
         added = [job for job in plan(rep, scale, stamp, extra) if job.seed in more]
-        new_runs, new_failures = run_grid(rep, scale, added, out / "runs" / stamp)
-        runs, failures, jobs = in_grid_order(scale, runs + new_runs), failures + new_failures, jobs + added
+        new_runs, new_failures = run_grid(rep, scale, added, out / "runs" / stamp, jobs)
+        runs, failures, grid = in_grid_order(scale, runs + new_runs), failures + new_failures, grid + added
         table, claims, tuning = evaluate(rep, scale_name, runs)
         seed_note = (f"the scale's {seed_span(before)}, extended to {MIN_SEEDS} because "
                      f"{'a verdict was' if len(flips) == 1 else f'{len(flips)} verdicts were'} within one seed of flipping "
@@ -522,7 +525,7 @@ def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] 
     if failures:
         claims.append(Claim("every job of the grid ran to the end", False, "failed: " + "; ".join(failures)))
     markdown, files, section = save(rep, scale_name, runs, table, claims, out / scale_name, stamp, uri,
-                                    time.perf_counter() - started, tuning, figure_marks(rep, jobs), config_hashes(jobs),
+                                    time.perf_counter() - started, tuning, figure_marks(rep, grid), config_hashes(grid),
                                     machine(extra), seed_note)
     return Outcome(table, claims, markdown, files, section)
 
@@ -610,8 +613,27 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
     if record:
         for path in recorded.record(scale_name, results, seconds, machine(extra), command):
             echo(f"recorded: {path}")
-        echo(f"recorded: {all_page(recorded.docs_path().with_suffix('.html'), scale_name, results, command)}")
     return results, summary
+
+
+def reproduce_and_record(rep: Reproduction, scale_name: str, extra: tuple[str, ...] = (), outputs: Path = OUTPUTS,
+                         seeds: tuple[int, ...] | None = None, jobs: int = 1, echo=print) -> Outcome:
+    """`fedbench reproduce ENTRY --record`: run the entry, then record it alone (reproduce.results.record): its rows
+    and sections replace its own, every other entry's stay. The checkout to record into is checked first."""
+    from fedbench.reproduce import results as recorded
+
+    recorded.docs_path()  # before hours of training
+    get_scale(rep, scale_name)
+    started = time.perf_counter()
+    outcome = reproduce(rep, scale_name, extra, outputs, seeds, jobs)
+    took = time.perf_counter() - started
+    shown = [o for o in extra if not o.startswith("tracking.")]  # where it was recorded changes no number
+    command = " ".join(["fedbench reproduce", rep.name, "--scale", scale_name, "--record",
+                        *([f"--jobs {jobs}"] if jobs > 1 else []), *([f"--seeds {seed_span(seeds)}"] if seeds else []),
+                        *shown])
+    for path in recorded.record(scale_name, {rep.name: outcome}, {rep.name: took}, machine(extra), command):
+        echo(f"recorded: {path}")
+    return outcome
 
 
 def all_page(path: Path, scale_name: str, results: dict[str, Outcome | str], command: str) -> Path:

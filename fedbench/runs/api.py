@@ -197,24 +197,34 @@ def history_frame(history: list[dict[str, float]]) -> pd.DataFrame:
     return frame[["round", *(c for c in frame if c != "round")]] if "round" in frame else frame
 
 
-def run_batched(jobs: list[tuple[Any, list[str], Path, str]], progress: bool = False, sweep: bool = False
-                ) -> list[RunResult | Exception]:
+def run_batched(jobs: list[tuple[Any, list[str], Path, str]], progress: bool = False, sweep: bool = False,
+                workers: int = 1) -> list[RunResult | Exception]:
     """run_composed for many jobs (cfg, overrides, run_dir, label) at once: those that share data set,
     split and model train as lanes of one program (runs.batched, as hydra/launcher=batched); each is
     recorded and checkpointed as if run alone. Returns per job its RunResult or the exception it
-    failed with (the others still run)."""
-    from fedbench.runs.batched import GroupJob, run_group, split_groups
+    failed with (the others still run). `workers` > 1: the groups (jobs with different data: a
+    reproduction's seeds) train that many at once, each in a worker process (runs.parallel), with the
+    results of one process."""
+    from fedbench.runs.batched import GroupJob, split_groups
 
     from fedbench.core.secrets import withhold
 
     jobs = [(cfg, withhold(list(overrides)), run_dir, label) for cfg, overrides, run_dir, label in jobs]  # no password
     specs = [GroupJob(cfg, run_dir, record_tags(overrides), label)
              for cfg, overrides, run_dir, label in jobs]
+    groups = split_groups(specs, 0)
+    members = [[(specs[i], jobs[i][1], sweep or bool(jobs[i][0].get("resume"))) for i in group] for group in groups]
+    if workers > 1 and len(groups) > 1:
+        from fedbench.runs.parallel import run_groups
+        from fedbench.tracking.store import resolve_tracking_uri
+
+        stores = {(resolve_tracking_uri(cfg.tracking.get("uri")), str(cfg.tracking.experiment)) for cfg, *_ in jobs}
+        outcomes = run_groups(train_group, members, workers, quiet=not progress, sweep=sweep, stores=stores)
+    else:
+        outcomes = (train_group(group, quiet=not progress, sweep=sweep) for group in members)
     out: list[RunResult | Exception] = [None] * len(jobs)  # type: ignore[list-item]
-    for members in split_groups(specs, 0):
-        with owned([(jobs[i][2], jobs[i][1], sweep or bool(jobs[i][0].get("resume"))) for i in members]):
-            results = run_group([specs[i] for i in members], quiet=not progress, sweep=sweep)
-        for i, result in zip(members, results):
+    for group, results in zip(groups, outcomes):
+        for i, result in zip(group, results):
             if isinstance(result, BaseException):
                 out[i] = result
                 continue
@@ -223,6 +233,15 @@ def run_batched(jobs: list[tuple[Any, list[str], Path, str]], progress: bool = F
                 history = _history_from_mlflow(result["tracking_uri"], result["run_id"])
             out[i] = RunResult(list(jobs[i][1]), history_frame(history), result, result["run_id"], jobs[i][2])
     return out
+
+
+def train_group(members: list[tuple[Any, list[str], bool]], quiet: bool, sweep: bool) -> list[dict[str, Any] | BaseException]:
+    """One group of run_batched (its members: GroupJob, overrides, whether it may continue a checkpoint) trained
+    as lanes in this process, each run folder owned meanwhile (runs.batched.run_group)."""
+    from fedbench.runs.batched import run_group
+
+    with owned([(spec.run_dir, overrides, continues) for spec, overrides, continues in members]):
+        return run_group([spec for spec, _, _ in members], quiet=quiet, sweep=sweep)
 
 
 @contextmanager

@@ -49,18 +49,30 @@ def provenance(extra: dict[str, str] | None = None) -> dict[str, str]:
             "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **(extra or {})}
 
 
-def render(title: str, sections: list[Section], settings: dict[str, str] | None = None,
-           provenance_rows: dict[str, str] | None = None) -> str:
+def environment():
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=jinja2.select_autoescape(["j2"]))
     env.filters["table_html"] = lambda t: jinja2.utils.markupsafe.Markup(table_html(t))
     env.filters["figure_src"] = figure_src
-    return env.get_template("results.html.j2").render(
+    return env
+
+
+def render(title: str, sections: list[Section | str], settings: dict[str, str] | None = None,
+           provenance_rows: dict[str, str] | None = None) -> str:
+    """The page; a section given as a string is one render_section made earlier (a recorded entry's), as it is."""
+    return environment().get_template("results.html.j2").render(
         title=title, sections=sections, settings=settings or {}, provenance=provenance_rows or provenance())
 
 
-def write_page(path: Path, title: str, sections: list[Section], settings: dict[str, str] | None = None,
+def render_section(section: Section) -> str:
+    """One section's HTML, as the page writes it (redacted): kept to build pages from later (reproduce.results)."""
+    from fedbench.core.secrets import redact
+
+    return redact(environment().get_template("section.html.j2").render(section=section)).strip("\n")
+
+
+def write_page(path: Path, title: str, sections: list[Section | str], settings: dict[str, str] | None = None,
                provenance_rows: dict[str, str] | None = None) -> Path:
     from fedbench.core.secrets import redact
 
