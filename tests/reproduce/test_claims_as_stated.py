@@ -89,7 +89,7 @@ def test_seed_override_is_refused_in_one_line_and_seeds_are_chosen_with_an_optio
     taken = {}
     outcome = run_module.Outcome(pd.DataFrame(), [Claim("holds", True)], "| table |", [])
 
-    def fake(rep, scale, extra, seeds=None):
+    def fake(rep, scale, extra, seeds=None, jobs=1):
         taken["seeds"] = seeds
         return outcome
 
