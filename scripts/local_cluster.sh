@@ -233,6 +233,20 @@ for pid in pids:
 EOF
 }
 
+ray_refuses_strangers() {  # the GCS refuses a request without the token (a Ray before 2.52 ignores RAY_AUTH_MODE)
+  "$PYTHON" - "$RAY_ADDRESS" <<'EOF'
+import sys
+import grpc
+from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+with grpc.insecure_channel(sys.argv[1]) as channel:  # a plain channel: no token, whatever the environment
+    try:
+        gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=30)
+    except grpc.RpcError as e:
+        sys.exit(0 if e.code() == grpc.StatusCode.UNAUTHENTICATED else 1)
+sys.exit(1)
+EOF
+}
+
 nodes_alive() {  # the cluster has at least $1 live nodes
   "$PYTHON" - "$RAY_ADDRESS" "$1" <<'EOF'
 import sys
@@ -337,6 +351,8 @@ EOF
   start_part worker
   exposed=$(exposed_sockets) || die "cannot list the cluster's listening sockets from /proc"
   [ -z "$exposed" ] || die "listening beyond 127.0.0.1 (this Ray may bind differently): $exposed"
+  ray_refuses_strangers || die "the Ray head at $RAY_ADDRESS answers a request without the cluster's token" \
+    "(token authentication needs Ray >= 2.52: python -m pip install -U 'ray[default]>=2.52')"
   trap - EXIT
   echo "local cluster up in $DIR:"
   printf '  %s\n' "PostgreSQL     $FEDBENCH_POSTGRES_URI" "MLflow server  $MLFLOW_TRACKING_URI (artifacts in $DIR/artifacts)" \
