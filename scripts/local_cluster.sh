@@ -275,7 +275,7 @@ start_part() {
       fi
       wait_for "the MLflow server" mlflow http_ok "$MLFLOW_TRACKING_URI/health" ;;
     head)
-      ray_node head --head --port="$RAY_PORT" --ray-client-server-port="$RAY_CLIENT_SERVER_PORT" --include-dashboard=false \
+      ray_node head --head --port="$RAY_PORT" --ray-client-server-port="${RAY_CLIENT_SERVER_PORT:-$(free_port)}" --include-dashboard=false \
         --dashboard-port="$(free_port)"
       wait_for "the Ray head" ray-head nodes_alive 1 ;;
     worker)

@@ -179,8 +179,14 @@ def ray_answer(protocol: str, port: int, token: str | None) -> str:
     import urllib.request
 
     import grpc
-    from ray.core.generated import (gcs_service_pb2, gcs_service_pb2_grpc, node_manager_pb2, node_manager_pb2_grpc,
-                                    ray_client_pb2, ray_client_pb2_grpc)
+    from ray.core.generated import (
+        gcs_service_pb2,
+        gcs_service_pb2_grpc,
+        node_manager_pb2,
+        node_manager_pb2_grpc,
+        ray_client_pb2,
+        ray_client_pb2_grpc,
+    )
 
     metadata = bearer(token) if token is not None else None
     if protocol == "http":  # the agents answer 404 for / once past the authentication

@@ -13,8 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.clusterkit import (MLFLOW_USER, SCRIPT, is_loopback, listening_sockets, process_groups, ray_answer,
-                              reachable_by_all, wait_until)
+from tests.clusterkit import (
+    MLFLOW_USER,
+    SCRIPT,
+    is_loopback,
+    listening_sockets,
+    process_groups,
+    ray_answer,
+    reachable_by_all,
+    wait_until,
+)
 from tests.faultkit import SMALL, env, error_lines, fedbench
 
 SECRET = "Hunter2-s3cret-pw"
@@ -191,14 +199,13 @@ def test_up_as_root_refuses_a_server_interpreter_its_user_cannot_use_before_maki
     """As root the MLflow server runs as an unprivileged user: an interpreter that user cannot run, or
     that lacks mlflow or psycopg2, is one line naming it, the reason and the remedy, before anything
     is made or started. (`nobody` stands in for the server's user: no user is created.)"""
-    import shutil
-
     import re
+    import shutil
 
     if interpreter == sys.executable and reachable_by_all(Path(interpreter)):
         pytest.skip(f"{interpreter} is within every user's reach here")
     if why == "No module named" and (not Path(interpreter).exists() or subprocess.run(
-            [interpreter, "-c", "import mlflow"], capture_output=True).returncode == 0):
+            [interpreter, "-c", "import mlflow"], capture_output=True, check=False).returncode == 0):
         pytest.skip(f"{interpreter} is absent or has mlflow")
     folder = tmp_path / "c"
     out = subprocess.run(["bash", str(SCRIPT), "up", str(folder)], capture_output=True, text=True, timeout=120,
