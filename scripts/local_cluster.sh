@@ -298,6 +298,16 @@ stop_part() {
 up() {
   [ ! -e "$DIR/env" ] || die "$DIR/env exists: a cluster is up there ($0 down $DIR first)"
   [ -z "$(ls -A "$DIR")" ] || die "$DIR is not empty: up takes a new or empty folder (down removes all of it)"
+  if [ "$(id -u)" -eq 0 ]; then  # PostgreSQL and the MLflow server, unprivileged, write in DIR
+    mlflow_user
+    local who
+    for who in postgres "$MLFLOW_USER"; do
+      setpriv --reuid="$who" --regid="$(id -g "$who")" --init-groups -- test -x "$(dirname "$DIR")" ||
+        die "the user $who cannot reach $DIR (a folder above it is closed to other users), and as root PostgreSQL" \
+          "runs as postgres and the MLflow server as $MLFLOW_USER: take a folder both can reach, such as the default" \
+          "/tmp/fedbench-cluster: nothing started"
+    done
+  fi
   mkdir -p "$DIR/artifacts"
   chmod 755 "$DIR"  # the postgres user and MLFLOW_USER (as root) need to reach DIR/pg and DIR/artifacts
   if [ "$(id -u)" -eq 0 ]; then  # the server's alone; the rest of DIR stays the invoker's

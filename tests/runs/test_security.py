@@ -226,6 +226,28 @@ def test_up_as_root_refuses_a_server_interpreter_its_user_cannot_use_before_maki
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@as_root
+def test_up_as_root_refuses_a_folder_its_unprivileged_parts_cannot_reach(tmp_path):
+    """PostgreSQL and the MLflow server run as other users and write in DIR: a DIR under a folder
+    closed to them (pytest's tmp folders are mode 700) is one line before anything starts."""
+    import shutil
+
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    folder = closed / "c"
+    try:
+        out = script("up", str(folder))
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"local_cluster: the user postgres cannot reach {folder} (a folder above it is closed to other users), and "
+            f"as root PostgreSQL runs as postgres and the MLflow server as {MLFLOW_USER}: take a folder both can "
+            "reach, such as the default /tmp/fedbench-cluster: nothing started"), out.stderr[-3000:]
+        assert list(folder.iterdir()) == []
+    finally:
+        if (folder / "env").exists():
+            script("down", str(folder))
+        shutil.rmtree(closed, ignore_errors=True)
+
+
 # -- local_cluster.sh's cluster (slow) ---------------------------------------------------------
 
 
