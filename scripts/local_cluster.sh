@@ -302,6 +302,7 @@ up() {
     mlflow_user
     local who
     for who in postgres "$MLFLOW_USER"; do
+      id "$who" >/dev/null 2>&1 || continue  # no postgres user: as_pg says so
       setpriv --reuid="$who" --regid="$(id -g "$who")" --init-groups -- test -x "$(dirname "$DIR")" ||
         die "the user $who cannot reach $DIR (a folder above it is closed to other users), and as root PostgreSQL" \
           "runs as postgres and the MLflow server as $MLFLOW_USER: take a folder both can reach, such as the default" \
