@@ -384,12 +384,12 @@ def test_a_driver_without_the_token_is_refused_by_the_head_and_one_that_sourced_
     client = f"ray://127.0.0.1:{cluster.exported['RAY_CLIENT_SERVER_PORT']}"
     with_token = {**env(), **cluster.exported, "HOME": str(tmp_path)}
     without = {k: v for k, v in with_token.items() if not k.startswith("RAY_AUTH_")}
-    refused = {address: subprocess.Popen([sys.executable, "-c", DRIVER, address], env=without, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, text=True) for address in (cluster.ray_address, client)}
     for address in (cluster.ray_address, client):
         ran = subprocess.run([sys.executable, "-c", DRIVER, address], env=with_token, capture_output=True, text=True,
                              timeout=300)
         assert ran.returncode == 0 and "a task ran in process" in ran.stdout, ran.stdout + ran.stderr[-3000:]
+    refused = {address: subprocess.Popen([sys.executable, "-c", DRIVER, address], env=without, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True) for address in (cluster.ray_address, client)}
     for address, proc in refused.items():
         out, _ = proc.communicate(timeout=300)
         assert proc.returncode != 0 and "a task ran" not in out, out[-3000:]
