@@ -4,13 +4,16 @@
 # frameworks of scripts/bench_peers.py (`peers`: flwr, pfl), MkDocs for the documentation site
 # (`docs`); and from Debian, where apt is available, Fashion-MNIST, PostgreSQL (the cluster tests
 # start one: scripts/local_cluster.sh) and Chromium with its driver (the results page's browser
-# test, through Selenium from the `test` extra).
+# test, through Selenium from the `test` extra). As root, the MLflow server's interpreter too
+# (scripts/install_cluster_python.sh: the cluster tests then run the server unprivileged).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v apt-get >/dev/null 2>&1; then
   wanted=()
   [ -d /usr/share/datasets/fashion-mnist ] || wanted+=(dataset-fashion-mnist)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || wanted+=(postgresql)
+  # the MLflow server's own interpreter when the cluster runs as root (scripts/install_cluster_python.sh)
+  /usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1 || wanted+=(python3 python3-venv)
   # the results page's browser test (tests/tracking/test_results_page.py): headless Chromium and its driver
   command -v chromium >/dev/null 2>&1 || wanted+=(chromium)
   command -v chromedriver >/dev/null 2>&1 || wanted+=(chromium-driver)
@@ -21,3 +24,6 @@ if command -v apt-get >/dev/null 2>&1; then
   fi
 fi
 bash scripts/install_ray.sh test,sweeps,tune,postgres,peers,docs
+# as root, local_cluster.sh runs the MLflow server as an unprivileged user, which cannot run an
+# interpreter under /root: a virtual environment of Debian's Python with the same mlflow
+[ "$(id -u)" -ne 0 ] || PYTHON=python3 bash scripts/install_cluster_python.sh

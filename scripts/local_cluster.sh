@@ -4,24 +4,33 @@
 # plus one worker node (two `ray start` processes).
 #
 #   bash scripts/local_cluster.sh up [DIR]      # start everything; prints the addresses, writes DIR/env
-#   source DIR/env                              # RAY_ADDRESS, MLFLOW_TRACKING_URI, FEDBENCH_POSTGRES_URI, PGPASSWORD
+#   source DIR/env                              # RAY_ADDRESS, RAY_AUTH_*, MLFLOW_TRACKING_URI, FEDBENCH_POSTGRES_URI, PGPASSWORD
 #   bash scripts/local_cluster.sh down [DIR]    # stop everything, remove DIR (only a DIR `up` made)
 #   bash scripts/local_cluster.sh stop|start postgres|mlflow|head|worker [DIR]   # one part (fault tests)
 #
 # DIR defaults to /tmp/fedbench-cluster (Ray's socket paths must stay short: keep DIR short). Ports
 # are chosen free at `up` and kept in DIR/env, so `start` brings a part back on the same address.
 # PYTHON (default python3) is the interpreter with fedbench, mlflow, psycopg2 and ray installed;
-# every process inherits this shell's environment (PYTHONPATH included). PostgreSQL refuses to run
-# as root: as root its processes run as the `postgres` user (Debian's package creates it).
+# every process inherits this shell's environment (PYTHONPATH included) but the MLflow server as
+# root (server_env). PostgreSQL refuses to run as root: as root its processes run as the `postgres`
+# user (Debian's package creates it).
 #
 # Nothing listens beyond 127.0.0.1 (PostgreSQL, MLflow, every Ray part: see RAY_START). PostgreSQL
 # asks for a password (scram-sha-256); `up` generates one for the superuser and one for the role
 # `fedbench`, which owns the MLflow database and is no superuser; DIR/env (mode 600) keeps both.
+# Ray asks for a token (RAY_AUTH_MODE=token): `up` generates one into DIR/ray.token (mode 600), which
+# every node and every driver that sources DIR/env reads through RAY_AUTH_TOKEN_PATH (never on a
+# command line). As root, what other users reach over loopback runs unprivileged: PostgreSQL as
+# `postgres`, the MLflow server as MLFLOW_USER (a system user `up` creates), from an interpreter that
+# user can run (server_python); Ray's nodes stay root's, behind the token, and Ray's folder (which
+# Ray makes writable by all) lies in DIR/ray, mode 700.
 # `up` takes a new or empty DIR only, and `down` removes only a DIR that `up` made (MARKER in
 # DIR/env, nothing else in DIR but what this script writes there).
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
+MLFLOW_USER=${FEDBENCH_MLFLOW_USER:-fedbench-mlflow}  # runs the MLflow server when the script runs as root
+CLUSTER_PYTHON_DEFAULT=/opt/fedbench-cluster/bin/python  # what scripts/install_cluster_python.sh makes
 WAIT=${FEDBENCH_CLUSTER_WAIT:-120}   # seconds a part may take to come up
 RAY_CPUS=${FEDBENCH_CLUSTER_CPUS:-1} # CPUs each Ray node offers
 
@@ -29,7 +38,7 @@ usage() { echo "usage: $0 up|down [DIR] | $0 start|stop postgres|mlflow|head|wor
 die() { echo "local_cluster: $*" >&2; exit 1; }
 
 MARKER="# written by fedbench's scripts/local_cluster.sh up"
-LAYOUT="env pg pg.pw artifacts ray initdb.log mlflow.log mlflow.pid mlflow.started ray-head.log ray-head.pid ray-head.started
+LAYOUT="env pg pg.pw artifacts ray ray.token initdb.log mlflow.log mlflow.pid mlflow.started ray-head.log ray-head.pid ray-head.started
   ray-worker.log ray-worker.pid ray-worker.started"
 
 ours() {  # DIR was made by `up`: its env carries MARKER and it holds nothing else (else: the odd entry)
@@ -59,6 +68,54 @@ as_pg() {  # run a PostgreSQL program as a user it accepts
   else
     "$@"
   fi
+}
+
+# -- as root, the MLflow server runs as MLFLOW_USER ---------------------------------------------
+
+mlflow_user() {  # the server's user exists (a system user with no login and no home, as Debian's postgres),
+  # and AS_MLFLOW_USER, a command prefix, runs as it: exec'd in place (setpriv keeps the pid; no root parent)
+  id "$MLFLOW_USER" >/dev/null 2>&1 ||
+    useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+      --comment "fedbench local_cluster.sh MLflow server" "$MLFLOW_USER" >/dev/null 2>&1 ||
+    id "$MLFLOW_USER" >/dev/null 2>&1 ||  # another up made it meanwhile
+    die "cannot create the system user $MLFLOW_USER to run the MLflow server as (useradd failed): nothing started"
+  AS_MLFLOW_USER=(setpriv --reuid="$MLFLOW_USER" --regid="$(id -g "$MLFLOW_USER")" --init-groups --no-new-privs --)
+}
+
+server_env() {  # in a subshell: keep only what the server needs of the invoker's environment (no other
+  local name    # secret reaches another user's process), then the settings it runs with
+  for name in $(compgen -e); do
+    case $name in PATH|LANG|LC_ALL|TZ|PGPASSWORD) ;; *) unset "$name" ;; esac
+  done
+  export HOME=/nonexistent MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false  # its job runner: a dozen idle workers
+}
+
+# The interpreter the MLflow server runs from: PYTHON, unless root runs the script; then the first that
+# MLFLOW_USER can run and that imports mlflow (the driver's version: one release on both ends of the
+# HTTP API) and psycopg2, of FEDBENCH_CLUSTER_PYTHON alone where set, else PYTHON, else
+# CLUSTER_PYTHON_DEFAULT; none is one line saying why and what to do.
+server_python() {
+  if [ "$(id -u)" -ne 0 ]; then echo "$PYTHON"; return 0; fi
+  mlflow_user
+  local driver candidates py why=() found
+  driver=$("$PYTHON" -c 'import importlib.metadata as m; print(m.version("mlflow"))' 2>/dev/null) ||
+    die "$PYTHON cannot import mlflow (PYTHON: the interpreter with fedbench, mlflow, psycopg2 and ray): nothing started"
+  if [ -n "${FEDBENCH_CLUSTER_PYTHON:-}" ]; then candidates=("$FEDBENCH_CLUSTER_PYTHON")
+  else candidates=("$(command -v "$PYTHON" || echo "$PYTHON")" "$CLUSTER_PYTHON_DEFAULT"); fi
+  for py in "${candidates[@]}"; do
+    [ "$py" != "$CLUSTER_PYTHON_DEFAULT" ] || [ -e "$py" ] || continue
+    found=$(server_env; cd / && "${AS_MLFLOW_USER[@]}" "$py" -c \
+      'import importlib.metadata as m, mlflow, psycopg2; print(m.version("mlflow"))' 2>&1 | tail -n 1 || true)
+    if [ "$found" = "$driver" ]; then echo "$py"; return 0; fi
+    if [[ $found =~ ^[0-9][0-9a-z.+]*$ ]]; then
+      why+=("$py has mlflow $found, the driver $driver")
+    else
+      why+=("$py: ${found:-cannot run it}")
+    fi
+  done
+  local joined; joined=$(printf '%s; ' "${why[@]}")
+  die "as root the MLflow server runs as the user $MLFLOW_USER, which cannot use ${joined%; } - make" \
+    "an interpreter it can with 'bash scripts/install_cluster_python.sh' (or set FEDBENCH_CLUSTER_PYTHON): nothing started"
 }
 
 wait_for() {  # wait_for <what> <name> <command...>: poll the command until it succeeds, at most WAIT s,
@@ -136,7 +193,7 @@ ray_node() {  # ray_node <name> <ray start arguments...>: one Ray node, kept by 
   local name=$1; shift
   # no database password in Ray's environment: its workers run users' code and record through MLflow
   start_bg "ray-$name" env -u PGPASSWORD -u PGPASSFILE "$PYTHON" -c "$RAY_START" start --block --node-ip-address=127.0.0.1 \
-    --num-cpus="$RAY_CPUS" --object-store-memory=100000000 --disable-usage-stats --temp-dir="$DIR/ray" \
+    --num-cpus="$RAY_CPUS" --object-store-memory=100000000 --disable-usage-stats --temp-dir="$DIR/ray/r" \
     --node-manager-port="$(free_port)" --object-manager-port="$(free_port)" --metrics-export-port="$(free_port)" \
     --dashboard-agent-listen-port="$(free_port)" --dashboard-agent-grpc-port="$(free_port)" \
     --runtime-env-agent-port="$(free_port)" "$@"
@@ -176,6 +233,20 @@ for pid in pids:
 EOF
 }
 
+ray_refuses_strangers() {  # the GCS refuses a request without the token (a Ray before 2.52 ignores RAY_AUTH_MODE)
+  "$PYTHON" - "$RAY_ADDRESS" <<'EOF'
+import sys
+import grpc
+from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+with grpc.insecure_channel(sys.argv[1]) as channel:  # a plain channel: no token, whatever the environment
+    try:
+        gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=30)
+    except grpc.RpcError as e:
+        sys.exit(0 if e.code() == grpc.StatusCode.UNAUTHENTICATED else 1)
+sys.exit(1)
+EOF
+}
+
 nodes_alive() {  # the cluster has at least $1 live nodes
   "$PYTHON" - "$RAY_ADDRESS" "$1" <<'EOF'
 import sys
@@ -194,12 +265,17 @@ start_part() {
       # address, port and socket folder are in postgresql.conf (up): pg_ctl -o would split a folder name on spaces
       as_pg "$(pg_bin)/pg_ctl" -D "$DIR/pg" -l "$DIR/pg/server.log" -w -t "$WAIT" start >/dev/null ;;
     mlflow)
-      # MLflow's job runner (GenAI jobs, a dozen worker processes) serves nothing fedbench records
-      MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false start_bg mlflow "$PYTHON" -m mlflow server --backend-store-uri "$FEDBENCH_POSTGRES_URI" \
-        --artifacts-destination "$DIR/artifacts" --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 1
+      local server=("$SERVER_PYTHON" -m mlflow server --backend-store-uri "$FEDBENCH_POSTGRES_URI"
+        --artifacts-destination "$DIR/artifacts" --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 1)
+      if [ "$(id -u)" -eq 0 ]; then  # never root: any local user reaches its HTTP API (artifacts included)
+        mlflow_user
+        (server_env; cd / && start_bg mlflow "${AS_MLFLOW_USER[@]}" "${server[@]}")
+      else  # MLflow's job runner (GenAI jobs, a dozen worker processes) serves nothing fedbench records
+        MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false start_bg mlflow "${server[@]}"
+      fi
       wait_for "the MLflow server" mlflow http_ok "$MLFLOW_TRACKING_URI/health" ;;
     head)
-      ray_node head --head --port="$RAY_PORT" --ray-client-server-port="$(free_port)" --include-dashboard=false \
+      ray_node head --head --port="$RAY_PORT" --ray-client-server-port="${RAY_CLIENT_SERVER_PORT:-$(free_port)}" --include-dashboard=false \
         --dashboard-port="$(free_port)"
       wait_for "the Ray head" ray-head nodes_alive 1 ;;
     worker)
@@ -222,18 +298,40 @@ stop_part() {
 up() {
   [ ! -e "$DIR/env" ] || die "$DIR/env exists: a cluster is up there ($0 down $DIR first)"
   [ -z "$(ls -A "$DIR")" ] || die "$DIR is not empty: up takes a new or empty folder (down removes all of it)"
+  if [ "$(id -u)" -eq 0 ]; then  # PostgreSQL and the MLflow server, unprivileged, write in DIR
+    mlflow_user
+    local who
+    for who in postgres "$MLFLOW_USER"; do
+      id "$who" >/dev/null 2>&1 || continue  # no postgres user: as_pg says so
+      setpriv --reuid="$who" --regid="$(id -g "$who")" --init-groups -- test -x "$(dirname "$DIR")" ||
+        die "the user $who cannot reach $DIR (a folder above it is closed to other users), and as root PostgreSQL" \
+          "runs as postgres and the MLflow server as $MLFLOW_USER: take a folder both can reach, such as the default" \
+          "/tmp/fedbench-cluster: nothing started"
+    done
+  fi
   mkdir -p "$DIR/artifacts"
-  chmod 755 "$DIR"  # the postgres user (as root) needs to reach DIR/pg
+  chmod 755 "$DIR"  # the postgres user and MLFLOW_USER (as root) need to reach DIR/pg and DIR/artifacts
+  if [ "$(id -u)" -eq 0 ]; then  # the server's alone; the rest of DIR stays the invoker's
+    chown "$MLFLOW_USER:$(id -g "$MLFLOW_USER")" "$DIR/artifacts"
+    chmod 700 "$DIR/artifacts"
+  fi
+  # Ray's temporary folder (sockets, logs, the runtime environments its workers import from), which Ray
+  # makes writable by every user (mode 777): inside DIR/ray, which is the invoker's alone
+  mkdir -m 700 "$DIR/ray"
+  # Ray's token (as Ray's own generator makes one), written straight to its file: on no command line
+  (umask 077; "$PYTHON" -c 'import secrets; print(secrets.token_hex(32), end="")' >"$DIR/ray.token")
   local admin_pw role_pw
   admin_pw=$(secret) role_pw=$(secret)
   (umask 077; cat >"$DIR/env" <<EOF
 $MARKER
-export PG_PORT=$(free_port) MLFLOW_PORT=$(free_port) RAY_PORT=$(free_port)
+export PG_PORT=$(free_port) MLFLOW_PORT=$(free_port) RAY_PORT=$(free_port) RAY_CLIENT_SERVER_PORT=$(free_port)
 # PostgreSQL's role fedbench (owns the database mlflow, no superuser); libpq reads PGPASSWORD
 export FEDBENCH_POSTGRES_URI=postgresql+psycopg2://fedbench@127.0.0.1:\$PG_PORT/mlflow PGPASSWORD=$role_pw
 PG_ADMIN=fedbench_admin PG_ADMIN_PASSWORD=$admin_pw
 export MLFLOW_TRACKING_URI=http://127.0.0.1:\$MLFLOW_PORT
 export RAY_ADDRESS=127.0.0.1:\$RAY_PORT RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+# Ray refuses any process without the token: nodes and drivers read it from this file
+export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$(printf %q "$DIR/ray.token")
 export DASHBOARD_METRIC_PORT=$(free_port) AUTOSCALER_METRIC_PORT=$(free_port)
 EOF
   )
@@ -264,10 +362,13 @@ EOF
   start_part worker
   exposed=$(exposed_sockets) || die "cannot list the cluster's listening sockets from /proc"
   [ -z "$exposed" ] || die "listening beyond 127.0.0.1 (this Ray may bind differently): $exposed"
+  ray_refuses_strangers || die "the Ray head at $RAY_ADDRESS answers a request without the cluster's token" \
+    "(token authentication needs Ray >= 2.52: python -m pip install -U 'ray[default]>=2.52')"
   trap - EXIT
   echo "local cluster up in $DIR:"
   printf '  %s\n' "PostgreSQL     $FEDBENCH_POSTGRES_URI" "MLflow server  $MLFLOW_TRACKING_URI (artifacts in $DIR/artifacts)" \
-    "Ray head       $RAY_ADDRESS, with one worker node" "source $DIR/env sets RAY_ADDRESS, MLFLOW_TRACKING_URI, FEDBENCH_POSTGRES_URI, PGPASSWORD (nothing listens beyond 127.0.0.1)"
+    "Ray head       $RAY_ADDRESS, with one worker node (token: $DIR/ray.token)" \
+    "source $DIR/env sets RAY_ADDRESS, RAY_AUTH_MODE, RAY_AUTH_TOKEN_PATH, MLFLOW_TRACKING_URI, FEDBENCH_POSTGRES_URI, PGPASSWORD (nothing listens beyond 127.0.0.1)"
 }
 
 failed_up() {  # stop what started; the folder stays, with the logs the messages above point to
@@ -293,6 +394,7 @@ case $cmd in
   *) usage ;;
 esac
 if [ "$cmd" = up ]; then
+  SERVER_PYTHON=$(server_python)  # as root: checked before anything is made or started
   mkdir -p "$DIR"
 elif [ ! -d "$DIR" ]; then
   [ "$cmd" = down ] && exit 0  # nothing up there
@@ -303,5 +405,6 @@ case $cmd in
   up) up ;;
   down) down ;;
   start|stop) ours >/dev/null || die "$DIR was not made by '$0 up': nothing started or stopped"
+    [ "$cmd $2" != "start mlflow" ] || SERVER_PYTHON=$(server_python)
     "${cmd}_part" "$2" ;;
 esac

@@ -8,6 +8,7 @@ import importlib.util
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -18,6 +19,8 @@ from tests.faultkit import ROOT, env
 
 SCRIPT = ROOT / "scripts" / "local_cluster.sh"
 PARTS = ("postgres", "mlflow", "head", "worker")
+CLUSTER_PYTHON = "/opt/fedbench-cluster/bin/python"  # scripts/install_cluster_python.sh's
+MLFLOW_USER = "fedbench-mlflow"  # who runs the MLflow server when the script runs as root
 
 
 def missing() -> str | None:
@@ -31,7 +34,16 @@ def missing() -> str | None:
             return f"{module} is not installed (the `{extra}` extra: bash scripts/install_test_deps.sh)"
     if not (shutil.which("initdb") or list(Path("/usr/lib/postgresql").glob("*/bin/initdb"))):
         return "PostgreSQL is not installed (apt-get install postgresql: bash scripts/install_test_deps.sh)"
+    if os.geteuid() == 0 and not (os.environ.get("FEDBENCH_CLUSTER_PYTHON") or Path(CLUSTER_PYTHON).exists()
+                                  or reachable_by_all(Path(sys.executable))):
+        return (f"as root the MLflow server runs unprivileged, and {sys.executable} is out of its reach: "
+                "bash scripts/install_cluster_python.sh")
     return None
+
+
+def reachable_by_all(path: Path) -> bool:
+    """Every folder above `path` lets any user through (an interpreter under /root does not)."""
+    return all(parent.stat().st_mode & stat.S_IXOTH for parent in path.resolve().parents)
 
 
 class LocalCluster:
@@ -112,6 +124,27 @@ class LocalCluster:
                     found.append((int(proc.name), os.getpgid(int(proc.name)), title))
         return found
 
+    def token(self) -> str:
+        return (self.dir / "ray.token").read_text()
+
+    def ray_endpoints(self) -> list[tuple[str, str, int]]:
+        """(what, protocol, port) of every Ray service that takes requests: the GCS and the client
+        server, and each node's raylet, runtime-env agent and dashboard agent (from the GCS's node
+        table, read with the token)."""
+        import grpc
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+        with grpc.insecure_channel(self.ray_address) as channel:
+            nodes = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetAllNodeInfo(
+                gcs_service_pb2.GetAllNodeInfoRequest(), timeout=30, metadata=bearer(self.token())).node_info_list
+        found = [("GCS", "gcs", int(self.ray_address.rsplit(":", 1)[1])),
+                 ("Ray client server", "client", int(self.exported["RAY_CLIENT_SERVER_PORT"]))]
+        for i, node in enumerate(n for n in nodes if n.state == 0):  # ALIVE
+            found += [(f"raylet {i}", "raylet", node.node_manager_port),
+                      (f"runtime-env agent {i}", "http", node.runtime_env_agent_port),
+                      (f"dashboard agent {i}", "http", node.dashboard_agent_listen_port)]
+        return found
+
     def sql(self, query: str, *args) -> list[tuple]:
         """Rows straight from the PostgreSQL database behind the MLflow server (as its owner role,
         with the password DIR/env keeps)."""
@@ -132,6 +165,50 @@ class LocalCluster:
         client = self.client()
         exp = client.get_experiment_by_name(experiment)
         return [] if exp is None else client.search_runs([exp.experiment_id])
+
+
+def bearer(token: str) -> list[tuple[str, str]]:
+    """Ray's authentication header (what its clients send when RAY_AUTH_MODE=token)."""
+    return [("authorization", f"Bearer {token}")]
+
+
+def ray_answer(protocol: str, port: int, token: str | None) -> str:
+    """How a Ray service on 127.0.0.1:`port` answers one harmless request sent with `token` (None:
+    no header): "ok", or the refusal (gRPC's status name, HTTP's status code)."""
+    import urllib.error
+    import urllib.request
+
+    import grpc
+    from ray.core.generated import (
+        gcs_service_pb2,
+        gcs_service_pb2_grpc,
+        node_manager_pb2,
+        node_manager_pb2_grpc,
+        ray_client_pb2,
+        ray_client_pb2_grpc,
+    )
+
+    metadata = bearer(token) if token is not None else None
+    if protocol == "http":  # the agents answer 404 for / once past the authentication
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/", headers=dict(metadata or []))
+        try:
+            with urllib.request.urlopen(request, timeout=30):
+                return "ok"
+        except urllib.error.HTTPError as e:
+            return "ok" if e.code == 404 else f"HTTP {e.code}"
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = {"gcs": lambda: gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(
+                    gcs_service_pb2.GetClusterIdRequest(), timeout=30, metadata=metadata),
+                "client": lambda: ray_client_pb2_grpc.RayletDriverStub(channel).ClusterInfo(
+                    ray_client_pb2.ClusterInfoRequest(type=ray_client_pb2.ClusterInfoType.PING), timeout=30,
+                    metadata=metadata),
+                "raylet": lambda: node_manager_pb2_grpc.NodeManagerServiceStub(channel).GetSystemConfig(
+                    node_manager_pb2.GetSystemConfigRequest(), timeout=30, metadata=metadata)}[protocol]
+        try:
+            call()
+        except grpc.RpcError as e:
+            return e.code().name
+        return "ok"
 
 
 def exported(env_file: Path) -> dict[str, str]:

@@ -13,7 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.clusterkit import SCRIPT, is_loopback, listening_sockets, process_groups, wait_until
+from tests.clusterkit import (
+    MLFLOW_USER,
+    SCRIPT,
+    is_loopback,
+    listening_sockets,
+    process_groups,
+    ray_answer,
+    reachable_by_all,
+    wait_until,
+)
 from tests.faultkit import SMALL, env, error_lines, fedbench
 
 SECRET = "Hunter2-s3cret-pw"
@@ -174,6 +183,71 @@ def test_up_refuses_a_folder_that_holds_anything(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
+def as_root(test):
+    """Only root's `up` runs the MLflow server as another user (setpriv switches to it)."""
+    import shutil
+
+    return pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                              reason="what local_cluster.sh does when run as root")(test)
+
+
+@as_root
+@pytest.mark.parametrize(("interpreter", "why"), [
+    (sys.executable, "Permission denied|No module named"),  # under /root, mode 700 (some kernels still exec it, with
+    ("/usr/bin/python3", "No module named")])  # the system's libpython and none of its packages); no mlflow there
+def test_up_as_root_refuses_a_server_interpreter_its_user_cannot_use_before_making_anything(tmp_path, interpreter, why):
+    """As root the MLflow server runs as an unprivileged user: an interpreter that user cannot run, or
+    that lacks mlflow or psycopg2, is one line naming it, the reason and the remedy, before anything
+    is made or started. (`nobody` stands in for the server's user: no user is created.)"""
+    import re
+    import shutil
+
+    if interpreter == sys.executable and reachable_by_all(Path(interpreter)):
+        pytest.skip(f"{interpreter} is within every user's reach here")
+    if why == "No module named" and (not Path(interpreter).exists() or subprocess.run(
+            [interpreter, "-c", "import mlflow"], capture_output=True, check=False).returncode == 0):
+        pytest.skip(f"{interpreter} is absent or has mlflow")
+    folder = tmp_path / "c"
+    out = subprocess.run(["bash", str(SCRIPT), "up", str(folder)], capture_output=True, text=True, timeout=120,
+                         env={**env(), "PYTHON": sys.executable, "FEDBENCH_CLUSTER_PYTHON": interpreter,
+                              "FEDBENCH_MLFLOW_USER": "nobody"})
+    try:
+        assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-3000:]
+        [line] = out.stderr.strip().splitlines()
+        assert line.startswith("local_cluster: as root the MLflow server runs as the user nobody, which cannot use "
+                               f"{interpreter}: ") and re.search(why, line), line
+        assert line.endswith("make an interpreter it can with 'bash scripts/install_cluster_python.sh' (or set "
+                             "FEDBENCH_CLUSTER_PYTHON): nothing started"), line
+        assert not folder.exists()
+    finally:
+        if (folder / "env").exists():  # the script before the check started a whole cluster
+            subprocess.run(["bash", str(SCRIPT), "down", str(folder)], env={**env(), "PYTHON": sys.executable},
+                           capture_output=True, timeout=300)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@as_root
+def test_up_as_root_refuses_a_folder_its_unprivileged_parts_cannot_reach(tmp_path):
+    """PostgreSQL and the MLflow server run as other users and write in DIR: a DIR under a folder
+    closed to them (pytest's tmp folders are mode 700) is one line before anything starts."""
+    import shutil
+
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    folder = closed / "c"
+    try:
+        out = script("up", str(folder))
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"local_cluster: the user postgres cannot reach {folder} (a folder above it is closed to other users), and "
+            f"as root PostgreSQL runs as postgres and the MLflow server as {MLFLOW_USER}: take a folder both can "
+            "reach, such as the default /tmp/fedbench-cluster: nothing started"), out.stderr[-3000:]
+        assert list(folder.iterdir()) == []
+    finally:
+        if (folder / "env").exists():
+            script("down", str(folder))
+        shutil.rmtree(closed, ignore_errors=True)
+
+
 # -- local_cluster.sh's cluster (slow) ---------------------------------------------------------
 
 
@@ -274,6 +348,111 @@ def test_no_ray_process_of_the_cluster_holds_the_database_password(cluster):
     assert ray_pids
     holding = [pid for pid in ray_pids if password.encode() in _environ(pid)]
     assert holding == [], f"processes {holding} of Ray's groups hold PGPASSWORD"
+
+
+@pytest.mark.slow
+def test_every_ray_service_refuses_a_caller_without_the_cluster_token(cluster):
+    """Ray's token authentication: the GCS, the client server, each node's raylet and agents answer
+    a request without the token, or with another, by refusing it, and the same request with the
+    token of DIR/ray.token (mode 600, the invoker's) normally."""
+    token_file = cluster.dir / "ray.token"
+    assert token_file.stat().st_mode & 0o777 == 0o600 and token_file.stat().st_uid == os.geteuid()
+    assert cluster.exported["RAY_AUTH_MODE"] == "token" and cluster.exported["RAY_AUTH_TOKEN_PATH"] == str(token_file)
+    endpoints = cluster.ray_endpoints()
+    assert len(endpoints) == 2 + 3 * 2  # two nodes
+    answers = {what: [ray_answer(protocol, port, token) for token in (None, "0" * 64, cluster.token())]
+               for what, protocol, port in endpoints}
+    refused = {"UNAUTHENTICATED", "HTTP 401", "HTTP 403"}
+    wrong = {what: got for what, got in answers.items() if not (got[0] in refused and got[1] in refused and got[2] == "ok")}
+    assert wrong == {}, f"(no token, another token, the token) answered: {wrong}"
+
+
+DRIVER = """
+import os, sys, ray
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+@ray.remote
+def pid():
+    return os.getpid()
+print("a task ran in process", ray.get(pid.remote()))
+"""
+
+
+@pytest.mark.slow
+def test_a_driver_without_the_token_is_refused_by_the_head_and_one_that_sourced_the_env_runs_tasks(cluster, tmp_path):
+    """What a local process that does not hold DIR/ray.token gets: no connection, through the GCS
+    address or the Ray client port; a shell that sourced DIR/env runs tasks."""
+    client = f"ray://127.0.0.1:{cluster.exported['RAY_CLIENT_SERVER_PORT']}"
+    with_token = {**env(), **cluster.exported, "HOME": str(tmp_path)}
+    without = {k: v for k, v in with_token.items() if not k.startswith("RAY_AUTH_")}
+    # (through ray:// with the token, Ray's client server now and then lost the session it started under
+    # load, a zombie: the client server's answer to the token is checked by the test above instead)
+    ran = subprocess.run([sys.executable, "-c", DRIVER, cluster.ray_address], env=with_token, capture_output=True,
+                         text=True, timeout=300)
+    assert ran.returncode == 0 and "a task ran in process" in ran.stdout, ran.stdout + ran.stderr[-3000:]
+    refused = {address: subprocess.Popen([sys.executable, "-c", DRIVER, address], env=without, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True) for address in (cluster.ray_address, client)}
+    for address, proc in refused.items():
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode != 0 and "a task ran" not in out, out[-3000:]
+        assert "ConnectionError" in out, out[-3000:]
+        if address == cluster.ray_address:  # the GCS says why
+            assert "Unauthenticated" in out and "InvalidAuthToken" in out, out[-3000:]
+    assert not (tmp_path / ".ray").exists()  # the refused drivers made no token of their own
+
+
+@pytest.mark.slow
+def test_the_ray_token_is_on_no_command_line_and_in_no_file_but_its_own(cluster):
+    token = cluster.token()
+    on_command_lines = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and token.encode() in _read(p / "cmdline")]
+    assert on_command_lines == [], f"processes {on_command_lines} have the Ray token on their command line"
+    files = [p for p in cluster.dir.rglob("*") if p.is_file() and not p.is_symlink() and p.name != "ray.token"
+             and token.encode() in _read(p)]
+    assert files == [], files  # DIR/env names the file, Ray's logs and session files do not echo it
+    assert b"RAY_AUTH_TOKEN_PATH=" + str(cluster.dir / "ray.token").encode() in _environ(
+        int((cluster.dir / "ray-head.pid").read_text()))
+    assert (cluster.dir / "ray").stat().st_mode & 0o777 == 0o700  # Ray's own folder in it is mode 777
+
+
+@pytest.mark.slow
+@as_root
+def test_as_root_the_mlflow_server_runs_as_its_own_unprivileged_user(cluster):
+    """Any local user reaches the MLflow server's HTTP API (artifacts upload included): as root, every
+    process of it runs as MLFLOW_USER, with no secret but the database's, and only the artifact
+    folder is that user's."""
+    import pwd
+
+    user = pwd.getpwnam(MLFLOW_USER)
+    assert user.pw_uid != 0 and user.pw_shell.endswith("nologin")
+    group = int((cluster.dir / "mlflow.pid").read_text())
+    server = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _pgid(int(p.name)) == group]
+    port = int(cluster.exported["MLFLOW_PORT"])
+    listeners = [pid for address, listen_port, pid, _ in listening_sockets(set(server)) if listen_port == port]
+    assert listeners and set(listeners) <= set(server), (listeners, server)
+    owners = {pid: _uid(pid) for pid in server}
+    assert set(owners.values()) == {(user.pw_uid,) * 4}, f"the MLflow server's processes run as {owners}"
+    for pid in server:
+        environ = dict(item.split(b"=", 1) for item in _environ(pid).split(b"\0") if b"=" in item)
+        assert environ.get(b"PGPASSWORD") == cluster.exported["PGPASSWORD"].encode()  # its database's
+        assert not {b"RAY_AUTH_TOKEN_PATH", b"PYTHONPATH", b"FEDBENCH_POSTGRES_URI"} & set(environ), sorted(environ)
+    assert (cluster.dir / "artifacts").stat().st_uid == user.pw_uid
+    assert {p.name for p in cluster.dir.iterdir() if p.stat().st_uid == user.pw_uid} == {"artifacts"}
+    for secret in ("env", "ray.token"):
+        assert (cluster.dir / secret).stat().st_mode & 0o077 == 0  # out of the server's reach
+
+
+def _uid(pid: int) -> tuple[int, ...]:
+    """The process's real, effective, saved and file-system user ids."""
+    for line in _read(Path(f"/proc/{pid}/status")).decode().splitlines():
+        if line.startswith("Uid:"):
+            return tuple(int(uid) for uid in line.split()[1:])
+    return ()
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
 
 
 def _pgid(pid: int) -> int | None:
