@@ -537,13 +537,24 @@ def config_hashes(jobs: list[Job]) -> pd.DataFrame:
 
 
 def timed_reproduction(name: str, scale_name: str, extra: tuple[str, ...], outputs: Path,
-                       seeds: tuple[int, ...] | None = None) -> tuple[Outcome, float]:
-    """One entry by name (in a worker process of `reproduce_all(jobs=...)`) and the seconds it took."""
+                       seeds: tuple[int, ...] | None = None, jobs: int = 1) -> tuple[Outcome, float]:
+    """One entry by name (in a worker process of `reproduce_all(jobs=...)`, or recorded alone) and the seconds it
+    took."""
     from fedbench.reproduce.catalog import load_catalog
 
     started = time.perf_counter()
-    outcome = reproduce(load_catalog()[name], scale_name, extra, outputs, seeds)
+    outcome = reproduce(load_catalog()[name], scale_name, extra, outputs, seeds, jobs)
     return outcome, time.perf_counter() - started
+
+
+def recorded_command(target: str, scale_name: str, extra: tuple[str, ...], record: bool, jobs: int,
+                     seeds: tuple[int, ...] | None) -> str:
+    """The command line a record names: `fedbench reproduce <entry or all> --scale ...` with its options and the
+    overrides that change numbers (where it was recorded, tracking.*, changes none)."""
+    shown = [o for o in extra if not o.startswith("tracking.")]
+    return " ".join(["fedbench reproduce", target, "--scale", scale_name, *(["--record"] if record else []),
+                     *([f"--jobs {jobs}"] if jobs > 1 else []), *([f"--seeds {seed_span(seeds)}"] if seeds else []),
+                     *shown])
 
 
 def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: Path = OUTPUTS,
@@ -604,10 +615,7 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
     outputs.mkdir(parents=True, exist_ok=True)
     summary = outputs / f"all-{scale_name}.md"
     summary.write_text("\n".join(lines))
-    shown = [o for o in extra if not o.startswith("tracking.")]  # where it was recorded changes no number
-    command = " ".join(["fedbench reproduce all --scale", scale_name, *(["--record"] if record else []),
-                        *([f"--jobs {jobs}"] if jobs > 1 else []), *([f"--seeds {seed_span(seeds)}"] if seeds else []),
-                        *shown])
+    command = recorded_command("all", scale_name, extra, record, jobs, seeds)
     page = all_page(outputs / f"all-{scale_name}.html", scale_name, results, command)
     echo(f"results page: {page}")
     if record:
@@ -623,14 +631,8 @@ def reproduce_and_record(rep: Reproduction, scale_name: str, extra: tuple[str, .
     from fedbench.reproduce import results as recorded
 
     recorded.docs_path()  # before hours of training
-    get_scale(rep, scale_name)
-    started = time.perf_counter()
-    outcome = reproduce(rep, scale_name, extra, outputs, seeds, jobs)
-    took = time.perf_counter() - started
-    shown = [o for o in extra if not o.startswith("tracking.")]  # where it was recorded changes no number
-    command = " ".join(["fedbench reproduce", rep.name, "--scale", scale_name, "--record",
-                        *([f"--jobs {jobs}"] if jobs > 1 else []), *([f"--seeds {seed_span(seeds)}"] if seeds else []),
-                        *shown])
+    outcome, took = timed_reproduction(rep.name, scale_name, extra, outputs, seeds, jobs)
+    command = recorded_command(rep.name, scale_name, extra, True, jobs, seeds)
     for path in recorded.record(scale_name, {rep.name: outcome}, {rep.name: took}, machine(extra), command):
         echo(f"recorded: {path}")
     return outcome
