@@ -232,7 +232,10 @@ def store_sections(doc: Path, page: Path) -> None:
     markup = page.read_text(encoding="utf-8") if page.exists() else ""
     by_scale = scale_sections(text)
     for scale in recorded_scales():
-        for name in dict.fromkeys(recorded(scale)["reproduction"]):
+        rows = recorded(scale)
+        if "command" not in pd.read_csv(record_path(scale), nrows=0).columns:  # the command the pages name, kept in
+            rows[COLUMNS].to_csv(record_path(scale), index=False)  # the record before the pages are rebuilt without it
+        for name in dict.fromkeys(rows["reproduction"]):
             md, web = section_path(scale, name, ".md"), section_path(scale, name, ".html")
             if not md.exists():
                 found = markdown_section(by_scale.get(scale, ""), name)
