@@ -49,19 +49,15 @@ def init_worker() -> None:
 def portable(exc: BaseException) -> BaseException:
     """`exc` as it can travel back to the parent: a bug keeps its traceback as a note (a pickled exception loses
     it); one that does not pickle becomes a RuntimeError naming it."""
-    if not hasattr(exc, "__notes__") and exc.__traceback__ is not None and not _ours(exc):
+    from fedbench.core.errors import FedbenchError
+
+    if not hasattr(exc, "__notes__") and exc.__traceback__ is not None and not isinstance(exc, FedbenchError):
         exc.add_note("in a worker process:\n" + "".join(traceback.format_exception(exc)).rstrip())
     try:
         pickle.loads(pickle.dumps(exc))
         return exc
     except Exception:  # noqa: BLE001 - any exception that cannot travel is described instead
         return RuntimeError(f"{type(exc).__name__}: {exc}")
-
-
-def _ours(exc: BaseException) -> bool:
-    from fedbench.core.errors import FedbenchError
-
-    return isinstance(exc, FedbenchError)
 
 
 def train_in_worker(train: Callable, stop_file: str, members: list[tuple[Any, list[str], bool]], quiet: bool,
