@@ -75,6 +75,9 @@ WORKLOADS = {
     "mlp100qs": dict(model="mlp_2nn", num_clients=100, cohort=10, partition=["partition=quantity_skew", "partition.sigma=1.0"]),
     "cnn100dir": dict(model="cnn", num_clients=100, cohort=10, partition=["partition=dirichlet", "partition.alpha=0.1"]),
     "mlp1000dir": dict(model="mlp_2nn", num_clients=1000, cohort=100, partition=["partition=dirichlet", "partition.alpha=0.3"]),
+    # a ResNet-18-GN cohort on CIFAR-10 (or synthetic images of its shapes: --cifar-root), 100 clients x 500
+    # images, 10 per round: 10 local steps of 50
+    "resnet100": dict(model="resnet18_gn", dataset="cifar10", num_clients=100, per_client=500, cohort=10),
 }
 BATCH, LR, SEED = 50, 0.05, 0
 TIMED_FROM = 6  # rounds 1..5 are warm-up
@@ -82,20 +85,26 @@ ROUND1_TOL, ACC_TOL = 1e-4, 0.5
 NOISE_FACTOR = 10  # replay check: a round's deviation may exceed the noise floor's by this much
 FRAMEWORKS = ("fedbench", "seq", "flower", "pfl")
 NOISE = "seq-noise"  # seq again with another thread count: the noise floor row, not a framework
+# On a GPU every framework computes in full float32: cuDNN's default TF32 convolutions (about 1e-3 relative)
+# would differ between fedbench's batched kernels and the peers' per-client ones by more than ROUND1_TOL.
+# Set on import: the children and Flower's Ray workers all import this module.
+torch.backends.cudnn.allow_tf32 = False
+torch.backends.cuda.matmul.allow_tf32 = False
 
 
 # -- the shared workload -------------------------------------------------------------------------
 def federation(w: dict, rounds: int):
-    """fedbench's Federation for a workload (a WORKLOADS entry): its own partition (unequal
-    clients) or, by default, the equal-size IID split."""
+    """fedbench's Federation for a workload (a WORKLOADS entry, with the run's "device" and, for CIFAR-10,
+    "data_root" added): its own partition (unequal clients) or, by default, the equal-size IID split."""
     from fedbench.config.compose import compose
     from fedbench.runs.build import build_federation
     from fedbench.engine.local import ClientData
 
     overrides = [
-        "dataset=fmnist", f"model={w['model']}", *w.get("partition", ["partition=iid"]), f"num_clients={w['num_clients']}",
+        f"dataset={w.get('dataset', 'fmnist')}", f"model={w['model']}", *w.get("partition", ["partition=iid"]), f"num_clients={w['num_clients']}",
         f"clients_per_round={w['cohort']}", "local_steps=null", "local_epochs=1", f"batch_size={BATCH}",
-        f"eta_l={LR}", "eval_every=0", f"rounds={rounds}", f"seed={SEED}", "engine.device=cpu",
+        f"eta_l={LR}", "eval_every=0", f"rounds={rounds}", f"seed={SEED}", f"engine.device={w.get('device', 'cpu')}",
+        *([f"data.root={w['data_root']}"] if "data_root" in w else []),
     ]
     fed, info = build_federation(compose(overrides))
     if "partition" in w:
@@ -105,6 +114,38 @@ def federation(w: dict, rounds: int):
     c = fed.clients
     clients = ClientData.from_partition(c.x, c.y, parts, c.seed, c.grad_fn, c.loss_scale)
     return dataclasses.replace(fed, clients=clients), info
+
+
+def workload_spec(name: str, device: str, cifar_root: str | None) -> dict:
+    """A WORKLOADS entry with the run's device and, for CIFAR-10, the data root that holds it."""
+    w = dict(WORKLOADS[name], device=device)
+    if w.get("dataset") == "cifar10":
+        w["data_root"] = cifar_root
+    return w
+
+
+CIFAR_BATCHES = [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]
+
+
+def has_cifar10(root: str) -> bool:
+    """Whether the cifar10 data set would find its python batches under `root` (its own folders, in order)."""
+    folders = [Path(root) / "cifar10" / "cifar-10-batches-py", Path(root) / "cifar-10-batches-py", Path(root) / "cifar10"]
+    return any(all((f / n).is_file() for n in CIFAR_BATCHES) for f in folders)
+
+
+def write_synthetic_cifar10(root: Path) -> None:
+    """CIFAR-10's python batches (5 x 10,000 training, 10,000 test images) in the original format, of random
+    pixels and labels: CIFAR-10's shapes for timing where the real set is missing (accuracy is chance)."""
+    import pickle
+
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng([SEED, 0xC1FA])
+    for name in CIFAR_BATCHES:
+        batch = {b"batch_label": b"synthetic", b"data": rng.integers(0, 256, (10_000, 3072), dtype=np.uint8),
+                 b"labels": rng.integers(0, 10, 10_000).tolist(), b"filenames": [b"synthetic.png"] * 10_000}
+        with open(folder / name, "wb") as f:
+            pickle.dump(batch, f, protocol=2)  # the originals are Python-2 pickles with bytes keys
 
 
 def split(num_samples: int, num_clients: int, per_client: int) -> list[np.ndarray]:
@@ -168,7 +209,7 @@ def to_vector(module_or_sd) -> torch.Tensor:
 def to_state_dict(vector: torch.Tensor, like: dict) -> dict:
     """The inverse of to_vector for a state dict shaped as `like`."""
     sizes = [v.numel() for v in like.values()]
-    return {k: p.reshape(v.shape).to(v.dtype).clone() for (k, v), p in zip(like.items(), vector.split(sizes))}
+    return {k: p.reshape(v.shape).to(device=v.device, dtype=v.dtype).clone() for (k, v), p in zip(like.items(), vector.split(sizes))}
 
 
 def accuracy(fed, vector: torch.Tensor) -> float:
@@ -186,6 +227,8 @@ class Clock:
         self.end = 0.0
 
     def tick(self):
+        if torch.cuda.is_initialized():  # a round ends when its kernels have run, not when they are queued
+            torch.cuda.synchronize()
         self.starts.append(time.time())
 
     def result(self, models: list[torch.Tensor], fed) -> dict:
@@ -194,8 +237,8 @@ class Clock:
         return {
             "first_round_at": self.starts[0],
             "round_times": [e - s for s, e in zip(self.starts, ends)],
-            "round1": models[0],
-            "models": torch.stack([m.float() for m in models]),
+            "round1": models[0].cpu(),
+            "models": torch.stack([m.float().cpu() for m in models]),
             "accuracy": accuracy(fed, models[-1]),
         }
 
@@ -212,14 +255,15 @@ def run_fedbench(workload: dict, rounds: int, replay: torch.Tensor | None = None
     def on_round(state, metrics):
         models.append(fed.algorithm.model(state.server).clone())
         if replay is not None and state.round < rounds:
-            state.server = fed.algorithm.init(replay[state.round - 1].to(fed.x0.dtype))
+            state.server = fed.algorithm.init(replay[state.round - 1].to(fed.x0))
         if state.round < rounds:
             clock.tick()
 
     state = initial_state(fed)
     clock.tick()
     state = run(fed, state, on_round)
-    clock.end = time.time()
+    clock.tick()  # synchronizes: the end of the last round
+    clock.end = clock.starts.pop()
     out = clock.result(models, fed)
     out["executor"] = info.executor
     return out
@@ -238,12 +282,14 @@ def run_seq(workload: dict, rounds: int, replay: torch.Tensor | None = None) -> 
         ids = cohort(fed, r)
         global_sd = seq_round(module, global_sd, fed, client_batches(fed, r, ids))
         models.append(to_vector(global_sd))
-    clock.end = time.time()
+    clock.tick()
+    clock.end = clock.starts.pop()
     return clock.result(models, fed)
 
 
 _ACTOR: dict = {}  # per Ray worker process: the federation, loaded once
 UNIFORM_KEY = "uniform-weight"
+FLOWER_GPU_SHARE = 0.1  # ten clients at once share the GPU (every workload's cohort is a multiple of 10)
 
 
 def _flower_train(msg, context):
@@ -315,7 +361,11 @@ def run_flower(workload: dict, rounds: int, replay: torch.Tensor | None = None) 
 
     client = ClientApp()
     client.train()(bench_peers._flower_train)
-    run_simulation(server_app=server, client_app=client, num_supernodes=fed.clients.num_clients)
+    # On a GPU, Flower's recommended fractional GPU per client: FLOWER_GPU_SHARE of it, so that 1 / share
+    # clients (Ray actors, each with its own CUDA context) train at once; on a CPU, Flower's default resources.
+    gpu = workload.get("device", "cpu") != "cpu"
+    backend = {"client_resources": {"num_cpus": 1, "num_gpus": FLOWER_GPU_SHARE}} if gpu else None
+    run_simulation(server_app=server, client_app=client, num_supernodes=fed.clients.num_clients, backend_config=backend)
     return clock.result(result["models"], fed)
 
 
@@ -377,7 +427,7 @@ def run_pfl(workload: dict, rounds: int, replay: torch.Tensor | None = None) -> 
             models.append(to_vector(net))
             if replay is not None and central_iteration + 1 < rounds:
                 with torch.no_grad():
-                    torch.nn.utils.vector_to_parameters(replay[central_iteration].clone(), net.parameters())
+                    torch.nn.utils.vector_to_parameters(replay[central_iteration].to(fed.x0), net.parameters())
             if central_iteration + 1 < rounds:
                 clock.tick()
             return False, Metrics()
@@ -389,7 +439,8 @@ def run_pfl(workload: dict, rounds: int, replay: torch.Tensor | None = None) -> 
     )
     train_params = NNTrainHyperParams(local_num_epochs=1, local_learning_rate=fed.eta_l, local_batch_size=BATCH)
     FederatedAveraging().run(algo_params, backend, model, train_params, None, callbacks=[Timer()])
-    clock.end = time.time()
+    clock.tick()
+    clock.end = clock.starts.pop()
     return clock.result(models, fed)
 
 
@@ -452,7 +503,7 @@ def checks(row: dict, reference: dict, noise: dict | None, same_rounds: bool) ->
 
 
 # -- the orchestrator -------------------------------------------------------------------------------
-def run_child(framework: str, workload: str, rounds: int, python: str, threads: int,
+def run_child(framework: str, workload: str, rounds: int, python: str, threads: int, device: str, cifar_root: str,
               replay: torch.Tensor | None = None) -> dict:
     """Runs one framework in a fresh process; start-up is launch to the start of round 1."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -460,7 +511,7 @@ def run_child(framework: str, workload: str, rounds: int, python: str, threads: 
         here = Path(__file__).resolve().parent
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent), str(here), os.environ.get("PYTHONPATH", "")])}
         cmd = [python, __file__, "--child", framework, "--workloads", workload, "--rounds", str(rounds), "--out", str(out),
-               "--threads", str(threads)]
+               "--threads", str(threads), "--device", device, "--cifar-root", cifar_root]
         if replay is not None:
             torch.save(replay, Path(tmp) / "replay.pt")
             cmd += ["--replay-from", str(Path(tmp) / "replay.pt")]
@@ -501,11 +552,11 @@ def combined(results: list[dict]) -> dict:
     return row
 
 
-def bare_seconds(workload: str, repeats: int) -> float:
+def bare_seconds(workload: dict, repeats: int) -> float:
     """The bare vmap'd loop of scripts/bench_engine.py on round 1's minibatches (exact shapes)."""
     from bench_engine import bare_vmap_round, interleaved_medians
 
-    fed, _ = federation(WORKLOADS[workload], 1)
+    fed, _ = federation(workload, 1)
     ids = cohort(fed, 0)
     per_client = client_batches(fed, 0, ids)
 
@@ -537,6 +588,11 @@ def main() -> None:
     parser.add_argument("--no-replay", dest="replay", action="store_false",
                         help="skip the replay check (each framework rerun, untimed, from seq's model every round)")
     parser.add_argument("--repeats", type=int, default=10, help="timed repeats of the bare loop")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="where every framework trains (cuda: data, models and clients on the GPU; Flower's clients "
+                             f"take {FLOWER_GPU_SHARE:g} GPU each)")
+    parser.add_argument("--cifar-root", default="data", help="data root holding CIFAR-10's python batches (resnet100); "
+                        "missing: synthetic images of its shapes, said so")
     parser.add_argument("--child", choices=list(RUNNERS), help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--replay-from", help=argparse.SUPPRESS)
@@ -547,7 +603,8 @@ def main() -> None:
     if args.child:
         torch.manual_seed(SEED)
         replay = torch.load(args.replay_from, weights_only=True) if args.replay_from else None
-        result = RUNNERS[args.child](WORKLOADS[args.workloads], int(args.rounds), replay)
+        spec = workload_spec(args.workloads, args.device, args.cifar_root)
+        result = RUNNERS[args.child](spec, int(args.rounds), replay)
         del result["round1"]  # models[0]
         torch.save(result.pop("models"), Path(args.out).with_suffix(".pt"))
         Path(args.out).write_text(json.dumps(result))
@@ -557,6 +614,21 @@ def main() -> None:
         k: int(v) for k, v in (item.split("=") for item in args.rounds.split(","))
     }
     frameworks = args.frameworks.split(",")
+    unknown = sorted(set(args.workloads.split(",")) - set(WORKLOADS))
+    if unknown:
+        parser.error(f"unknown workload(s) {', '.join(unknown)}: choose from {', '.join(WORKLOADS)}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is visible to torch")
+    synthetic = None
+    if any(WORKLOADS[w].get("dataset") == "cifar10" for w in args.workloads.split(",")) and not has_cifar10(args.cifar_root):
+        synthetic = tempfile.TemporaryDirectory(prefix="bench_peers_cifar_")
+        write_synthetic_cifar10(Path(synthetic.name))
+        print(f"CIFAR-10 not found under {args.cifar_root}: resnet100 trains on synthetic images of its shapes (random "
+              "pixels and labels; accuracy is chance)")
+        args.cifar_root = synthetic.name
+    if args.device == "cuda":
+        print(f"device: {torch.cuda.get_device_name()} (torch {torch.__version__}, CUDA {torch.version.cuda}); every "
+              f"framework trains on it, Flower's clients {FLOWER_GPU_SHARE:g} GPU each")
     load = os.getloadavg()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {len(os.sched_getaffinity(0))} of "
           f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; s/round = median over "
@@ -567,7 +639,8 @@ def main() -> None:
     print("-" * len(header))
     for workload in args.workloads.split(","):
         # the bare loop needs every client's batches of one shape: equal-size workloads only
-        bare = float("nan") if "partition" in WORKLOADS[workload] else bare_seconds(workload, args.repeats)
+        spec = workload_spec(workload, args.device, args.cifar_root)
+        bare = float("nan") if "partition" in spec else bare_seconds(spec, args.repeats)
 
         def rounds_of(fw: str) -> int:
             R = rounds[workload]
@@ -576,7 +649,7 @@ def main() -> None:
         def one_run(fw: str, replay: torch.Tensor | None = None) -> dict:
             python = args.pfl_python if fw == "pfl" else sys.executable
             threads = noise_threads(args.threads) if fw == NOISE else args.threads
-            result = run_child(fw, workload, rounds_of(fw), python, threads, replay)
+            result = run_child(fw, workload, rounds_of(fw), python, threads, args.device, args.cifar_root, replay)
             if replay is not None:
                 return result
             if fw in first_models:  # the checks read each framework's first run: keep one trajectory
