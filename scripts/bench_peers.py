@@ -164,7 +164,7 @@ def client_batches(fed, r: int, ids: list[int]) -> list[list[torch.Tensor]]:
     LocalWork.batch draws them."""
     from fedbench.engine.local import LocalWork
 
-    ids_t = torch.tensor(ids)
+    ids_t = torch.tensor(ids, device=fed.clients.size.device)
     every_row = dataclasses.replace(fed.clients, skip_done=False)  # batch(t) with a row per client
     work = LocalWork(every_row, ids_t, r, fed.algorithm.setting.local_lr(r), fed.batch_size, torch.ones_like(ids_t), None)
     out: list[list[torch.Tensor]] = [[] for _ in ids]
@@ -298,7 +298,7 @@ def _flower_train(msg, context):
     if "fed" not in _ACTOR:
         fed, _ = federation(json.loads(str(msg.content["config"]["workload"])), 1)
         _ACTOR["fed"] = fed
-        _ACTOR["module"] = fed.flat.module
+        _ACTOR["module"] = fed.flat.module.to(fed.x0.device)  # the flat engine keeps the module's own weights on the CPU
     fed, module = _ACTOR["fed"], _ACTOR["module"]
     cfg = msg.content["config"]
     cid, r = int(cfg["cid"]), int(cfg["server-round"]) - 1
@@ -472,8 +472,10 @@ def checks(row: dict, reference: dict, noise: dict | None, same_rounds: bool) ->
     "models" are its global models after each round; "replayed", where present, the models of the
     same framework run again with seq's global model put in place at the start of every round.
 
-    round1  the global model after round 1 equals seq's to ROUND1_TOL (max abs): same initial model,
-            cohort, minibatches, learning rate and averaging.
+    round1  the global model after round 1 equals seq's to ROUND1_TOL (max abs), or to NOISE_FACTOR x the
+            noise row's round-1 deviation where that is larger: same initial model, cohort, minibatches,
+            learning rate and averaging. The floor matters on a GPU only: cuDNN's nondeterministic
+            kernels moved seq's own rerun 4e-3 from seq in round 1 of resnet100 (H100); on the CPU it is ~1e-8.
     replay  every round, started from seq's model of the round before, ends within NOISE_FACTOR times
             the noise floor's deviation in that round (the noise row replayed alike; at least
             ROUND1_TOL) of seq's model of that round. Rounding grows within one round only, so a
@@ -490,7 +492,9 @@ def checks(row: dict, reference: dict, noise: dict | None, same_rounds: bool) ->
             accuracy by that much (the noise row's own gap), this check measures chaos, not the frameworks.
     """
     dev = deviations(row["models"], reference["models"])
-    out = [f"round1 {'ok' if dev[0] <= ROUND1_TOL else 'FAIL'}"]
+    floor1 = deviations(noise["models"][:1], reference["models"])[0] if noise is not None and "models" in noise else 0.0
+    out = [f"round1 {'ok' if dev[0] <= max(ROUND1_TOL, NOISE_FACTOR * floor1) else 'FAIL'}"
+           + (f" ({dev[0]:.0e}, floor {floor1:.0e})" if NOISE_FACTOR * floor1 > ROUND1_TOL else "")]
     if "replayed" in row:
         step = deviations(row["replayed"], reference["models"])
         floor = deviations(noise["replayed"], reference["models"]) if noise is not None and "replayed" in noise else None
@@ -650,6 +654,10 @@ def main() -> None:
             python = args.pfl_python if fw == "pfl" else sys.executable
             threads = noise_threads(args.threads) if fw == NOISE else args.threads
             result = run_child(fw, workload, rounds_of(fw), python, threads, args.device, args.cifar_root, replay)
+            # a line per run as it ends, so that a run cut short by a time limit still leaves its timings
+            done = f"failed: {result['error']}" if "error" in result else (
+                f"{median_timed(result):.4f} s/round, start-up {result['startup']:.1f} s")
+            print(f"  {workload} {fw}{' (replay)' if replay is not None else ''}: {done}", flush=True)
             if replay is not None:
                 return result
             if fw in first_models:  # the checks read each framework's first run: keep one trajectory
