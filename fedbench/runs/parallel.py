@@ -33,17 +33,55 @@ from typing import Any, Callable
 NOT_STARTED = "not started"
 
 
-def init_worker() -> None:
+def init_worker(parent: int) -> None:
     """A worker: passwords stay withheld from its output; it leaves the terminal's process group, so that a
     Ctrl-C reaches it once, forwarded by the parent (twice, from the terminal too, would stop it at once without
     the checkpoint of its round); a signal is ignored between groups (it would end the worker, and with it the
-    pool), arm_worker(True) takes it while a group trains."""
+    pool), arm_worker(True) takes it while a group trains. A parent that dies (SIGKILL, out of memory) leaves no
+    orphan writing the runs or waiting for work: stop_with_parent."""
     from fedbench.core.secrets import install
     from fedbench.runs.interrupts import arm_worker
 
     install()
     os.setpgrp()
     arm_worker(False)
+    stop_with_parent(parent)
+
+
+_PARENT = {"pid": 0, "training": False, "told": False}  # this worker's parent, whether a group trains now, and
+# whether the parent's death was passed on to it
+
+
+def stop_with_parent(parent: int) -> None:
+    """When `parent` dies (Linux's PR_SET_PDEATHSIG, with SIGHUP): a group in training stops as on a SIGTERM (its
+    lanes checkpoint after their round and are marked KILLED) and the worker exits; an idle worker, which
+    would wait for work forever (a dead parent's queue never closes for it), exits at once. A parent gone
+    before this: exit now. Elsewhere than Linux the worker trains its group to the end."""
+    import signal
+
+    _PARENT["pid"] = parent
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        signal.signal(signal.SIGHUP, _parent_died)
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGHUP, 0, 0, 0)
+    if orphaned():
+        os._exit(128 + signal.SIGHUP)
+
+
+def orphaned() -> bool:
+    return bool(_PARENT["pid"]) and os.getppid() != _PARENT["pid"]
+
+
+def _parent_died(signum, frame):
+    import signal
+
+    if not _PARENT["training"]:
+        os._exit(128 + signum)
+    if not _PARENT.get("told"):  # once: the kernel may send it again, and a second SIGTERM means "stop now"
+        _PARENT["told"] = True
+        os.kill(os.getpid(), signal.SIGTERM)  # the run's own handler: a checkpoint after this round, then KILLED
 
 
 def portable(exc: BaseException) -> BaseException:
@@ -70,12 +108,16 @@ def train_in_worker(train: Callable, stop_file: str, members: list[tuple[Any, li
     if Path(stop_file).exists():
         return (NOT_STARTED, 0)
     arm_worker(True)
+    _PARENT["training"] = True
     try:
         results = train(members, quiet, sweep)
     except KeyboardInterrupt as exc:  # every lane checkpointed after its round (or stopped at once) and marked KILLED
         return ("interrupted", signal_of(exc))
     finally:
+        _PARENT["training"] = False
         arm_worker(False)
+        if orphaned():  # nobody to report to: the runs are recorded, the folders checkpointed
+            os._exit(128 + 15)
     return [portable(r) if isinstance(r, BaseException) else r for r in results]
 
 
@@ -101,7 +143,7 @@ def run_groups(train: Callable, groups: list[list[tuple[Any, list[str], bool]]],
     for uri, experiment in sorted(stores):  # created (and migrated) once, before any worker writes to it
         open_store(uri, experiment)
     pool = ProcessPoolExecutor(max_workers=at_once, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=init_worker)
+                               initializer=init_worker, initargs=(os.getpid(),))
     signum = None
     with tempfile.TemporaryDirectory(prefix="fedbench-groups-") as folder:
         def pids() -> list[int]:  # the pool's live workers, which SweepStop forwards a signal to

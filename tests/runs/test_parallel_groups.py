@@ -133,3 +133,43 @@ def test_sigterm_checkpoints_every_running_group_and_names_where_each_run_stoppe
         assert "stopped at round" in lines[f"seed {seed}"] and f"fedbench resume {tmp_path / 'm' / seed}" in lines[f"seed {seed}"]
     client, found = runs(db)
     assert sorted(r.info.status for r in found) == ["KILLED", "KILLED"]
+
+
+def children_of(pid: int) -> list[int]:
+    """The live processes whose parent is `pid` (read from /proc)."""
+    return [int(stat.parent.name) for stat in Path("/proc").glob("[0-9]*/stat") if (fields := proc_stat(stat.parent))
+            and int(fields[1]) == pid]
+
+
+def proc_stat(folder: Path) -> list[str] | None:
+    """A live process's state and the fields after it (/proc/PID/stat past the name), None once gone or a zombie."""
+    try:
+        fields = (folder / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else fields
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_workers_of_a_killed_parent_checkpoint_and_stop_instead_of_training_on(tmp_path):
+    """SIGKILL to the parent (nothing can be forwarded): each worker gets SIGTERM from the kernel, checkpoints its
+    runs after their round, marks them KILLED and exits, instead of training its 20,000 rounds as an orphan."""
+    import time
+
+    db = tmp_path / "m.db"
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SCRIPT), str(tmp_path)], cwd=tmp_path, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_running(db, proc, 2)
+    workers = [pid for pid in children_of(proc.pid) if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(workers) == 2, workers
+    proc.kill()
+    proc.wait(timeout=60)  # not communicate(): the workers hold the pipes as long as they live
+    deadline = time.monotonic() + 120
+    while any(proc_stat(Path(f"/proc/{pid}")) for pid in workers):
+        assert time.monotonic() < deadline, "the workers of a killed parent trained on"
+        time.sleep(0.2)
+    client, found = runs(db)
+    assert sorted(r.info.status for r in found) == ["KILLED", "KILLED"]
+    for seed in ("0", "1"):  # tracking.checkpoint_every=0: the stop's own checkpoint
+        assert (tmp_path / "m" / seed / "checkpoint.pt").is_file()
