@@ -67,6 +67,10 @@ CASES: list[tuple[str, str]] = [
     ("eta_l=inf", "eta_l must be a finite number > 0, got inf"),
     ("eta_g=0", "eta_g must be a finite number > 0, got 0"),
     ("eta_l_decay=0", "eta_l_decay must be a finite number > 0, got 0"),
+    ("eta_l=1e300", "eta_l=1e+300 is beyond float32's range (largest 3.403e+38), the run's engine.dtype; use a smaller "
+                    "value, or engine.dtype=float64"),
+    ("algorithm=fedprox algorithm.mu=1e39", "algorithm.mu=1e+39 is beyond float32's range (largest 3.403e+38)"),
+    ("-m eta_l=0.1,1e300", "eta_l=1e+300 is beyond float32's range"),
     # partitions
     ("partition.alpha=0", "partition.alpha must be a finite number > 0"),
     ("partition.alpha=-1", "partition.alpha must be a finite number > 0"),
