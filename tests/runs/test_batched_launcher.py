@@ -15,7 +15,10 @@ from tests.faultkit import fedbench, runs
 # two algorithms x two step sizes x two seeds, unequal clients (Dirichlet), evaluation every round
 GRID = ["algorithm=fedavg,fedprox", "eta_l=0.05,0.2", "seed=0,1"]
 SETTING = ["num_clients=6", "clients_per_round=3", "rounds=3", "batch_size=16", "partition.alpha=0.3",
-           "tracking.artifacts=false", "engine.threads=1", "targets=[0.3]"]
+           "engine.threads=1", "targets=[0.3]", "tracking.checkpoint_every=2"]
+# where a job ran, and how: the only tags in which a job's batched record may differ from its record alone
+PLACEMENT_TAGS = {"run_dir", "sweep_dir", "sweep_dirs", "recorded_digest", "batched_lanes"}
+TIMES = {"wall_time", "eval_time"}  # measured: their values differ from run to run
 
 
 def _histories(db):
@@ -23,8 +26,8 @@ def _histories(db):
     out = {}
     for r in all_runs:
         key = (r.data.params["algorithm.name"], r.data.params["eta_l"], r.data.params["seed"])
-        out[key] = (r, {m: [x.value for x in client.get_metric_history(r.info.run_id, m)]
-                        for m in ("test_accuracy", "test_loss", "floats_up")})
+        out[key] = (r, {m: [(x.step, x.value) for x in client.get_metric_history(r.info.run_id, m)] for m in r.data.metrics},
+                    sorted(a.path for a in client.list_artifacts(r.info.run_id)))
     return out
 
 
@@ -49,15 +52,27 @@ def test_every_job_of_the_batched_grid_is_the_run_it_is_alone(grids):
     assert len(batched) == 8 and batched.keys() == basic.keys()
     assert "8 job(s) in 1 group(s)" in done["batched"][1].stdout
     folders = set()
-    for key, (run, metrics) in batched.items():
-        alone_run, alone = basic[key]
+    for key, (run, metrics, artifacts) in batched.items():
+        alone_run, alone, alone_artifacts = basic[key]
         assert run.info.status == "FINISHED" and run.data.tags["batched_lanes"] == "8"
-        assert run.data.tags["config_hash"] == alone_run.data.tags["config_hash"]
+        assert run.info.end_time is not None and run.info.end_time >= run.info.start_time
         params = {k: v for k, v in run.data.params.items() if k != "tracking.uri"}
         assert params == {k: v for k, v in alone_run.data.params.items() if k != "tracking.uri"}
-        assert metrics["floats_up"] == alone["floats_up"]
-        assert metrics["test_accuracy"] == pytest.approx(alone["test_accuracy"], abs=1e-6), key
-        assert metrics["test_loss"] == pytest.approx(alone["test_loss"], rel=1e-5), key
+        tags, alone_tags = ({k: v for k, v in t.items() if k not in PLACEMENT_TAGS} for t in (run.data.tags, alone_run.data.tags))
+        for t in (tags, alone_tags):  # each launcher's grid writes a store of its own
+            t["overrides"] = " ".join(o for o in t["overrides"].split() if not o.startswith("tracking.uri="))
+        assert tags == alone_tags and tags["rounds_to_0.3"] == alone_tags["rounds_to_0.3"]
+        # every metric at every round (rounds-to-target at step 0), as the job records it alone
+        metrics.pop("warmup_time", None), alone.pop("warmup_time", None)  # the process's one-off warm-up: whichever run paid it
+        assert metrics.keys() == alone.keys() and {"test_accuracy", "floats_up", "rounds_to_0.3"} <= metrics.keys()
+        for name, values in metrics.items():
+            assert [step for step, _ in values] == [step for step, _ in alone[name]], (key, name)
+            if name not in TIMES:
+                assert [v for _, v in values] == pytest.approx([v for _, v in alone[name]], rel=1e-5, abs=1e-6), (key, name)
+        latest, alone_latest = ({k: v for k, v in r.data.metrics.items() if k not in TIMES | {"warmup_time"}}
+                                for r in (run, alone_run))  # each metric's last value: what reports read
+        assert latest == pytest.approx(alone_latest, rel=1e-5, abs=1e-6), key
+        assert artifacts == alone_artifacts == ["config.yaml", "curves.png", "metrics.csv"]
         folders.add(run.data.tags["run_dir"])
         assert (tmp / "batched" / run.data.tags["sweep_job"] / "checkpoint.pt").is_file()
     assert len(folders) == 8
@@ -209,10 +224,10 @@ def test_lanes_that_train_in_turns_are_recorded_and_free_their_client_tables_bef
     finished, turns = [], []
     finish = single.Job.finish
 
-    def counted_finish(self):
+    def counted_finish(self, *args, **kwargs):
         finished.append(self)
         assert sum(len(t.rows) for t in self.state.tables.values()) > 0  # SCAFFOLD's c_i of the clients it saw
-        return finish(self)
+        return finish(self, *args, **kwargs)
 
     run_lanes = batched.run_lanes
 
@@ -246,9 +261,9 @@ def test_a_group_writes_its_metrics_to_the_store_as_often_as_one_run(tmp_path, m
 
     flush = recorder.Recorder.flush.__wrapped__
 
-    def counted(self):
+    def counted(self, *args, **kwargs):
         writes.append(clock[0])
-        return flush(self)
+        return flush(self, *args, **kwargs)
 
     monkeypatch.setattr(recorder.time, "monotonic", tick)
     monkeypatch.setattr(recorder.Recorder, "flush", counted)
