@@ -313,3 +313,53 @@ def test_jobs_of_the_same_config_files_are_composed_once_and_each_is_what_hydra_
     # the first job; then one composition per set of files (mclr, mlp_2nn); the +key job and the bad key's
     # (the copy refused it: Hydra's own error) composed by Hydra
     assert len(composed) == 1 + 2 + 1 + 1, composed
+
+
+def test_a_group_s_lanes_are_drawn_while_their_ends_are_written_and_a_lane_whose_end_fails_fails_alone(tmp_path, monkeypatch):
+    """A group's lanes end together: every lane's curves go to the drawing thread before the first lane's last
+    rounds and rounds-to-target are written, so the figures are drawn while the store commits. A lane whose run
+    cannot take its end (deleted in the store while it trained) fails with one line naming the store; the
+    others end FINISHED with every round, their rounds-to-target and their artifacts; no drawing folder is left."""
+    import tempfile
+
+    from fedbench.runs import batched
+    from fedbench.tracking import recorder as recording
+    from fedbench.tracking.store import StoreError
+
+    events, run_lanes = [], batched.run_lanes
+    drawing_init, record_end = recording.Drawing.__init__, recording.Recorder.record_end
+
+    def then_delete(feds, states, *args, **kwargs):
+        run_lanes(feds, states, *args, **kwargs)
+        client, started = runs(tmp_path / "m.db")
+        client.delete_run(next(r.info.run_id for r in started if r.data.params["eta_l"] == "0.1"))
+
+    def drawn(self, *args, **kwargs):
+        events.append("draw")
+        drawing_init(self, *args, **kwargs)
+
+    def ended(self, *args, **kwargs):
+        events.append("end")
+        return record_end(self, *args, **kwargs)
+
+    monkeypatch.setattr(batched, "run_lanes", then_delete)
+    monkeypatch.setattr(recording.Drawing, "__init__", drawn)
+    monkeypatch.setattr(recording.Recorder, "record_end", ended)
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    jobs = [batched.GroupJob(make_cfg(f"eta_l={lr}", "num_clients=6", "clients_per_round=3", "rounds=3", "targets=[0.05]",
+                                      f"tracking.uri=sqlite:///{tmp_path}/m.db"), tmp_path / str(i))
+            for i, lr in enumerate((0.05, 0.1, 0.2))]
+    results = batched.run_group(jobs, quiet=True)
+    assert events == ["draw"] * 3 + ["end"] * 3, events
+    assert isinstance(results[1], StoreError) and "the MLflow store" in str(results[1]), results[1]
+    client, done = runs(tmp_path / "m.db")
+    ended_runs = {r.data.params["eta_l"]: r for r in done}
+    assert set(ended_runs) == {"0.05", "0.2"}  # the deleted run is not searched
+    for k, run in zip((0, 2), ended_runs.values()):
+        assert results[k]["status"] == "FINISHED" and results[k]["artifacts"] == ["config.yaml", "metrics.csv", "curves.png"]
+        assert run.info.status == "FINISHED" and run.data.tags["rounds_to_0.05"] == "1"
+        assert run.data.metrics["rounds_to_0.05"] == 1
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "test_loss")] == [1, 2, 3]
+        assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"config.yaml", "metrics.csv", "curves.png"}
+    assert not list((tmp_path / "tmp").glob("fedbench-artifacts-*"))

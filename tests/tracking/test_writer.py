@@ -171,3 +171,39 @@ def test_a_run_s_curves_are_drawn_while_its_end_waits_on_the_store(tmp_path, mon
     assert overlapped == [True]
     assert summary["artifacts"] == ["config.yaml", "metrics.csv", "curves.png"]
     assert {a.path for a in recorder.client.list_artifacts(run_id)} == {"config.yaml", "metrics.csv", "curves.png"}
+
+
+def test_a_run_s_last_rounds_and_targets_are_one_store_call_before_its_checkpoint_and_its_end_reads_nothing_back(tmp_path):
+    """Job.save writes the run's buffered rounds with its rounds-to-target in one store call (record_end), then
+    checkpoints: the checkpoint never claims rounds or targets the record lacks. A run this process created
+    reads nothing back at its end (its artifact folder is its creation's). Resumed after that write and ended
+    again, the run logs no target metric twice."""
+    from fedbench.tracking.recorder import Recorder
+
+    cfg = make_cfg("rounds=3", "targets=[0.3,0.5,0.9]", f"tracking.uri=sqlite:///{tmp_path}/m.db")
+    recorder = Recorder(cfg, flush_seconds=float("inf"))
+    recorder.check_reachable()
+    run_id = recorder.start({})
+    history = [{"round": r, "test_accuracy": a, "floats_up": 10.0 * r} for r, a in ((1, 0.2), (2, 0.4), (3, 0.6))]
+    for row in history:
+        recorder.log_round(row)
+    calls, reads = [], []
+    log_batch, get_run = recorder.client.log_batch, recorder.client.get_run
+    recorder.client.log_batch = lambda *args, **kwargs: calls.append(kwargs) or log_batch(*args, **kwargs)
+    recorder.client.get_run = lambda *args, **kwargs: reads.append(args) or get_run(*args, **kwargs)
+    recorder.record_end(history)
+    assert len(calls) == 1 and len(calls[0]["metrics"]) == 3 * 2 + 2 and len(calls[0]["tags"]) == 3
+    summary = recorder.finish(history, artifacts=False)
+    assert len(calls) == 1 and reads == []
+    assert summary["rounds_to_target"] == {0.3: 2, 0.5: 3, 0.9: None} and summary["artifact_uri"].endswith("/artifacts")
+    run = get_run(run_id)
+    assert run.info.status == "FINISHED" and summary["artifact_uri"] == run.info.artifact_uri
+    assert [m.step for m in recorder.client.get_metric_history(run_id, "test_accuracy")] == [1, 2, 3]
+    again = Recorder(cfg, flush_seconds=float("inf"))  # killed after record_end, before its checkpoint: resumed
+    again.check_reachable()
+    again.start({}, run_id=run_id, logged_through=2)
+    again.log_round(history[-1])  # round 3, recomputed: in the record already
+    again.finish(history, artifacts=False)
+    for key in ("rounds_to_0.3", "rounds_to_0.5", "test_accuracy"):
+        assert len(again.client.get_metric_history(run_id, key)) == (3 if key == "test_accuracy" else 1), key
+    assert again.summary_of(get_run(run_id))["rounds_to_target"] == {0.3: 2, 0.5: 3, 0.9: None}
