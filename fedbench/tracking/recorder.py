@@ -402,8 +402,12 @@ class Recorder:
         summary: dict[str, Any] = {"run_id": self.run_id, "status": status, "rounds_to_target": self.targets}
         artifact_names = ["config.yaml"]
         if drawn is not None:
-            for path in drawn.result():
-                self.client.log_artifact(self.run_id, str(path))
+            paths = drawn.result()
+            if drawn.owned and paths:  # its own folder holds these files alone: one store call for all
+                self.client.log_artifacts(self.run_id, str(drawn.folder))
+            for path in paths:
+                if not drawn.owned:
+                    self.client.log_artifact(self.run_id, str(path))
                 artifact_names.append(path.name)
         summary["artifacts"] = artifact_names
         if self.artifact_uri is None:  # a resumed run: its creation's
