@@ -87,14 +87,19 @@ def _run_job(cfg: DictConfig, run_dir: Path, quiet: bool, tags: dict[str, str] |
         job.failed(exc)
     if done is not None:
         return done
+    drawn = None
     try:
         with GracefulInterrupt(quiet) as stop:
             job.stop = stop
             run(fed, job.state, job.on_round, warmup=job.warmup)
+        if writer is None:  # its curves drawn by this process's drawing thread while its record's end is written
+            drawn = job.draw()
         job.save()
     except BaseException as exc:
+        if drawn is not None:
+            drawn.close()
         job.failed(exc)
-    return job.finish()
+    return job.finish(drawn)
 
 
 class Job:

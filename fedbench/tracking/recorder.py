@@ -340,6 +340,8 @@ class Recorder:
                 batches.append([])
             batches[-1] += unit
         tagged = [RunTag(k, v) for k, v in _public(tags or {}).items()]
+        if tagged and len(batches[-1]) + len(tagged) > 1000:  # MLflow's limit counts metrics and tags together
+            batches.append([])
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
             if batch or (last and tagged):

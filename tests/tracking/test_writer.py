@@ -207,3 +207,27 @@ def test_a_run_s_last_rounds_and_targets_are_one_store_call_before_its_checkpoin
     for key in ("rounds_to_0.3", "rounds_to_0.5", "test_accuracy"):
         assert len(again.client.get_metric_history(run_id, key)) == (3 if key == "test_accuracy" else 1), key
     assert again.summary_of(get_run(run_id))["rounds_to_target"] == {0.3: 2, 0.5: 3, 0.9: None}
+
+
+def test_a_run_s_end_in_one_call_keeps_within_mlflow_s_limit_of_1000_metrics_and_tags_a_call(tmp_path):
+    """record_end adds the rounds-to-target (metrics and tags) to the last rounds' call: MLflow refuses a call of
+    more than 1000 metrics and tags together (a tracking server answers it with an error; the SQL store takes
+    it), so a call that would pass it is split, whole rounds each."""
+    from fedbench.tracking.recorder import Recorder
+
+    targets = [round(0.05 * i, 2) for i in range(1, 11)]
+    cfg = make_cfg("rounds=99", f"targets=[{','.join(map(str, targets))}]", f"tracking.uri=sqlite:///{tmp_path}/m.db")
+    recorder = Recorder(cfg, flush_seconds=float("inf"))
+    recorder.check_reachable()
+    run_id = recorder.start({})
+    history = [{"round": r, "test_accuracy": 0.6, **{f"m{i}": float(r + i) for i in range(9)}} for r in range(1, 100)]
+    for row in history:
+        recorder.log_round(row)
+    calls = []
+    log_batch = recorder.client.log_batch
+    recorder.client.log_batch = lambda *args, **kwargs: calls.append(kwargs) or log_batch(*args, **kwargs)
+    recorder.record_end(history)  # 99 rounds x 10 metrics, 10 target metrics and 10 target tags
+    assert all(len(c["metrics"]) + len(c["tags"]) <= 1000 for c in calls) and len(calls) == 2
+    client = recorder.client
+    assert len(client.get_metric_history(run_id, "m8")) == 99
+    assert len([k for k in client.get_run(run_id).data.tags if k.startswith("rounds_to")]) == 10
