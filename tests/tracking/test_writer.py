@@ -231,3 +231,31 @@ def test_a_run_s_end_in_one_call_keeps_within_mlflow_s_limit_of_1000_metrics_and
     client = recorder.client
     assert len(client.get_metric_history(run_id, "m8")) == 99
     assert len([k for k in client.get_run(run_id).data.tags if k.startswith("rounds_to")]) == 10
+
+
+def test_a_sweep_job_s_curves_are_drawn_while_its_record_s_end_is_written(tmp_path, monkeypatch):
+    """A job of the basic launcher records in its own process: its curves go to the drawing thread before its
+    last rounds and rounds-to-target are written (record_end), which waits here until the drawing has started
+    (at most 5 s); the run ends FINISHED with its artifacts."""
+    import threading
+
+    from fedbench.runs.single import run_job
+    from fedbench.tracking import recorder as recording
+
+    drawing, overlapped = threading.Event(), []
+    plot_curves, record_end = recording.plot_curves, recording.Recorder.record_end
+
+    def draw(*args, **kwargs):
+        drawing.set()
+        return plot_curves(*args, **kwargs)
+
+    def end(self, *args, **kwargs):
+        overlapped.append(drawing.wait(5))
+        return record_end(self, *args, **kwargs)
+
+    monkeypatch.setattr(recording, "plot_curves", draw)
+    monkeypatch.setattr(recording.Recorder, "record_end", end)
+    cfg = make_cfg(*ARTIFACTS, "targets=[0.05]", f"tracking.uri=sqlite:///{tmp_path}/m.db")
+    summary = run_job(cfg, tmp_path / "run", quiet=True, sweep=True)
+    assert overlapped == [True]
+    assert summary["status"] == "FINISHED" and summary["artifacts"] == ["config.yaml", "metrics.csv", "curves.png"]
