@@ -130,13 +130,37 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
     def on_failure(k: int, state, exc: DivergenceError) -> None:
         fail(k, exc)
 
-    def complete(k: int) -> None:
+    def complete(ks: list[int]) -> None:
+        """End the lanes that finished training: every lane's artifacts handed to the drawing thread first,
+        drawn while the lanes' last rounds and rounds-to-target are written and checkpointed, then each
+        lane's artifacts logged and its run ended (FINISHED after them). A lane that fails fails alone."""
+        ks = [k for k in ks if results[k] is None]
+        drawn: dict[int, Any] = {}
         try:
-            sessions[k].save()
-            results[k] = sessions[k].finish()
-        except Exception as exc:
-            fail(k, exc)
-        sessions[k].state.tables.clear()  # SCAFFOLD's c_i, FedADMM's y_i: gigabytes a lane for a large model
+            for k in ks:
+                try:
+                    drawn[k] = sessions[k].draw()
+                except Exception as exc:
+                    fail(k, exc)
+            saved = []
+            for k in ks:
+                if results[k] is None:
+                    try:
+                        sessions[k].save()
+                        saved.append(k)
+                    except Exception as exc:
+                        fail(k, exc)
+            for k in saved:
+                try:
+                    results[k] = sessions[k].finish(drawn.pop(k))
+                except Exception as exc:
+                    fail(k, exc)
+        finally:
+            for drawing in drawn.values():  # lanes that failed before their artifacts were logged
+                if drawing is not None:
+                    drawing.close()
+            for k in ks:
+                sessions[k].state.tables.clear()  # SCAFFOLD's c_i, FedADMM's y_i: gigabytes a lane for a large model
 
     fed0 = built[0][0]
     tables = max(sum(math.prod(t.spec.shape) for t in sessions[k].state.tables.values()) for k in live)
@@ -157,9 +181,8 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
                 run_lanes([built[k][0] for k in batch], [sessions[k].state for k in batch],
                           lambda i, st, m: on_round(batch[i], st, m),
                           lambda i, st, exc: on_failure(batch[i], st, exc))
-                for k in batch:  # recorded now, and its client tables freed for the lanes of the next turn
-                    if k not in interrupted and results[k] is None:
-                        complete(k)
+                # recorded now, and their client tables freed for the lanes of the next turn
+                complete([k for k in batch if k not in interrupted])
     except BaseException as exc:  # a bug or a second Ctrl-C: every unfinished lane ends with it
         for k in live:
             if results[k] is None:
@@ -170,8 +193,7 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
     for k in live:
         if k in interrupted:
             fail(k, stop.interrupt())
-        elif results[k] is None:
-            complete(k)
+    complete([k for k in live if results[k] is None])
     if interrupted:
         raise stop.interrupt()
     return results  # type: ignore[return-value]

@@ -87,14 +87,19 @@ def _run_job(cfg: DictConfig, run_dir: Path, quiet: bool, tags: dict[str, str] |
         job.failed(exc)
     if done is not None:
         return done
+    drawn = None
     try:
         with GracefulInterrupt(quiet) as stop:
             job.stop = stop
             run(fed, job.state, job.on_round, warmup=job.warmup)
+        if writer is None:  # its curves drawn by this process's drawing thread while its record's end is written
+            drawn = job.draw()
         job.save()
     except BaseException as exc:
+        if drawn is not None:
+            drawn.close()
         job.failed(exc)
-    return job.finish()
+    return job.finish(drawn)
 
 
 class Job:
@@ -255,8 +260,9 @@ class Job:
         return True
 
     def save(self) -> None:
-        """The final checkpoint, after the record: the checkpoint never claims rounds the record lacks."""
-        self.recorder.flush()
+        """The final checkpoint, after the record (its rounds and rounds-to-target): the checkpoint never
+        claims rounds the record lacks."""
+        self.recorder.record_end(self.state.history)
         save_checkpoint(self.checkpoint, self.state, self.run_id, self.digest, (self.tags or {}).get(RECORD_DIGEST))
         self.saved_round = self.state.round
 
@@ -297,17 +303,29 @@ class Job:
             self.bar.close()
             self.bar = None
 
-    def finish(self) -> dict[str, Any]:
-        """The record's summary (rounds-to-target, artifacts) and the run's, printed and returned."""
+    def finish(self, drawn=None) -> dict[str, Any]:
+        """The record's summary (rounds-to-target, artifacts) and the run's, printed and returned; `drawn`:
+        its artifacts handed to the drawing thread already (draw())."""
         try:
-            return self._finish()
+            return self._finish(drawn)
         finally:
             self.release()
 
-    def _finish(self) -> dict[str, Any]:
+    def draw(self):
+        """This run's artifacts (metrics.csv, curves.png) handed to the drawing thread now (a
+        tracking.recorder.Drawing), or None when it logs none. Its recorder is in this process."""
+        from fedbench.tracking.plots import setting_title
+        from fedbench.tracking.recorder import Drawing
+
+        if not (self.cfg.tracking.get("artifacts", True) and self.state.history):
+            return None
+        return Drawing(self.state.history, None, setting_title(self.cfg))
+
+    def _finish(self, drawn) -> dict[str, Any]:
         self.close()
         state, cfg = self.state, self.cfg
-        summary = self.recorder.finish(state.history, artifacts=bool(cfg.tracking.get("artifacts", True)))
+        handed = {} if drawn is None else {"drawn": drawn}  # a RemoteRecorder draws in its writer
+        summary = self.recorder.finish(state.history, artifacts=bool(cfg.tracking.get("artifacts", True)), **handed)
         accs = [h["test_accuracy"] for h in state.history if "test_accuracy" in h]
         summary.update(
             history=state.history,

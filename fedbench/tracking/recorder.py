@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import queue
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -129,34 +133,63 @@ def store_call(method):
 
 
 class Drawing:
-    """A run's metrics.csv and curves.png written into `folder` by a thread of their own (daemon: an
-    interrupted process never waits for it); `result()` waits and gives their paths, or raises what it raised."""
+    """A run's metrics.csv and curves.png written into `folder` (None: a temporary folder of its own) by
+    this process's drawing thread (a daemon: an interrupted process never waits for it), which draws
+    what it is handed one drawing after another (a batched group's lanes end together: one thread, not
+    one each, whose starts wait on the interpreter lock the others hold); `result()` waits and gives
+    their paths, or raises what it raised; `close()` waits and removes a folder of its own."""
 
-    def __init__(self, history: list[dict[str, float]], folder: Path, title: str):
-        import threading
+    _queue: queue.SimpleQueue | None = None
+    _pid = 0  # the process the thread runs in (a forked child inherits the queue, not the thread)
+    _lock = threading.Lock()
 
+    def __init__(self, history: list[dict[str, float]], folder: Path | None, title: str):
+        self.owned = folder is None
+        self.folder = Path(tempfile.mkdtemp(prefix="fedbench-artifacts-")) if folder is None else folder
         self.paths: list[Path] = []
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._draw, args=(history, folder, title), daemon=True)
-        self.thread.start()
+        self.done = threading.Event()
+        self._drawer().put((self, history, title))
 
-    def _draw(self, history, folder: Path, title: str) -> None:
+    @classmethod
+    def _drawer(cls) -> queue.SimpleQueue:
+        with cls._lock:
+            if cls._queue is None or cls._pid != os.getpid():
+                cls._queue, cls._pid = queue.SimpleQueue(), os.getpid()
+                threading.Thread(target=cls._work, args=(cls._queue,), daemon=True, name="fedbench-drawing").start()
+            return cls._queue
+
+    @staticmethod
+    def _work(todo: queue.SimpleQueue) -> None:
+        while True:
+            drawing, history, title = todo.get()
+            try:
+                drawing._draw(history, title)
+            finally:
+                drawing.done.set()
+
+    def _draw(self, history, title: str) -> None:
         try:
             frame = pd.DataFrame(history)
             frame = frame[["round", *(c for c in frame if c != "round")]] if "round" in frame else frame  # a table's key first
-            frame.to_csv(folder / "metrics.csv", index=False)
-            self.paths.append(folder / "metrics.csv")
-            png = plot_curves(frame, folder / "curves.png", title)
+            frame.to_csv(self.folder / "metrics.csv", index=False)
+            self.paths.append(self.folder / "metrics.csv")
+            png = plot_curves(frame, self.folder / "curves.png", title)
             if png is not None:
                 self.paths.append(png)
         except BaseException as exc:  # noqa: BLE001 - raised again by result()
             self.error = exc
 
     def result(self) -> list[Path]:
-        self.thread.join()
+        self.done.wait()
         if self.error is not None:
             raise self.error
         return self.paths
+
+    def close(self) -> None:
+        self.done.wait()
+        if self.owned:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class Recorder:
@@ -171,6 +204,9 @@ class Recorder:
         self._last_flush = time.monotonic()
         self.run_id: str | None = None
         self._skip_through = 0
+        self.resumed = False  # continues a run of the store: its end may hold some of its record already
+        self.artifact_uri: str | None = None  # fixed when the run is created
+        self.targets: dict[float, int | None] | None = None  # rounds-to-target, once in the record (record_end)
         self.store_failed = False  # a store call failed: later ones are tried once (store.one_attempt)
         bound_http_retries(self.uri)
 
@@ -243,7 +279,7 @@ class Recorder:
         from mlflow.entities import Param
 
         if run_id is not None:  # resuming: skip the rounds already in the record
-            self.run_id = run_id
+            self.run_id, self.resumed = run_id, True
             self.check_live(run_id)
             try:
                 self.client.update_run(run_id, status="RUNNING")
@@ -268,7 +304,7 @@ class Recorder:
             source[mlflow_tags.MLFLOW_GIT_COMMIT] = source["git_commit"] = commit
         name = redact(self.cfg.tracking.get("run_name") or readable_run_name(self.cfg, tags.get("overrides", "")))
         run = self.client.create_run(self.experiment_id, run_name=name, tags=_public({**source, **tags}))
-        self.run_id = run.info.run_id
+        self.run_id, self.artifact_uri = run.info.run_id, run.info.artifact_uri
         params = [Param(k, v) for k, v in {**flatten_config(self.cfg), VERSION_KEY: version}.items()]
         for i in range(0, len(params), 100):
             self.client.log_batch(self.run_id, params=params[i : i + 100])
@@ -291,17 +327,25 @@ class Recorder:
             self.flush()
 
     @store_call
-    def flush(self) -> None:
+    def flush(self, metrics: list | None = None, tags: dict[str, str] | None = None) -> None:
         """Write the buffered rounds, whole rounds per batch (a batch is one transaction, so a crash
-        never leaves half a round in the record)."""
-        batch: list = []
-        for round_metrics in self._pending:
-            if batch and len(batch) + len(round_metrics) > 1000:
-                self.client.log_batch(self.run_id, metrics=batch)
-                batch = []
-            batch += round_metrics
-        if batch:
-            self.client.log_batch(self.run_id, metrics=batch)
+        never leaves half a round in the record), with `metrics` (as one more round) and `tags` in the
+        last batch: one store call for all where MLflow's limit of 1000 metrics a call allows."""
+        from mlflow.entities import RunTag
+
+        units = [*self._pending, *([metrics] if metrics else [])]
+        batches: list[list] = [[]]
+        for unit in units:
+            if batches[-1] and len(batches[-1]) + len(unit) > 1000:
+                batches.append([])
+            batches[-1] += unit
+        tagged = [RunTag(k, v) for k, v in _public(tags or {}).items()]
+        if tagged and len(batches[-1]) + len(tagged) > 1000:  # MLflow's limit counts metrics and tags together
+            batches.append([])
+        for i, batch in enumerate(batches):
+            last = i == len(batches) - 1
+            if batch or (last and tagged):
+                self.client.log_batch(self.run_id, metrics=batch, tags=tagged if last else [])
         self._pending = []
         self._last_flush = time.monotonic()
 
@@ -311,45 +355,66 @@ class Recorder:
 
         self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in _public(tags).items()])
 
-    @store_call
-    def finish(self, history: list[dict[str, float]], status: str = "FINISHED", artifacts: bool = True) -> dict[str, Any]:
-        """Log rounds-to-target and artifacts, end the run; returns the summary. The artifacts (metrics.csv,
-        curves.png: CPU work) are drawn in a thread while this one waits on the store's commits (disk)."""
-        with tempfile.TemporaryDirectory() as tmp:
-            drawn = Drawing(history, Path(tmp), setting_title(self.cfg)) if artifacts and history else None
-            try:
-                return self._finish(history, status, drawn)
-            finally:
-                if drawn is not None:
-                    drawn.thread.join()
+    def end_rows(self, history: list[dict[str, float]]) -> tuple[list, dict[str, str]]:
+        """Rounds-to-target of a run that trained `history`: the metrics to log and the tags; the values
+        are kept in `targets` for the summary.
+        Idempotent: a run killed after its end's first writes and resumed comes here again. Tags are
+        overwritten in place; a metric would be appended, so one already logged is kept (only a resumed
+        run can hold one: a run this process created has logged none)."""
+        from mlflow.entities import Metric
 
-    def _finish(self, history: list[dict[str, float]], status: str, drawn: Drawing | None) -> dict[str, Any]:
-        from mlflow.entities import Metric, RunTag
-
-        self.flush()
         rounds = int(self.cfg.rounds)
-        summary: dict[str, Any] = {"run_id": self.run_id, "status": status}
+        logged = self.client.get_run(self.run_id).data.metrics if self.resumed else {}
         targets, tags, metrics = {}, {}, []
-        # Idempotent: a run killed after this step's first writes and resumed comes here again. Tags and
-        # artifacts are overwritten in place; a metric would be appended, so one already logged is kept.
-        run = self.client.get_run(self.run_id)
         for t in self.cfg.get("targets") or []:
             reached = rounds_to_target(history, float(t))
             targets[float(t)] = reached
             key = target_key(float(t))
             tags[key] = format_rounds(reached, rounds)
-            if reached is not None and key not in run.data.metrics:
+            if reached is not None and key not in logged:
                 metrics.append(Metric(key, reached, int(time.time() * 1000), 0))
-        if tags:  # one store call for every target (a call costs the same for one value or a hundred)
-            self.client.log_batch(self.run_id, metrics=metrics, tags=[RunTag(k, v) for k, v in _public(tags).items()])
-        summary["rounds_to_target"] = targets
+        self.targets = targets
+        return metrics, tags
+
+    @store_call
+    def record_end(self, history: list[dict[str, float]]) -> None:
+        """The buffered rounds and the rounds-to-target of a run that trained `history`, in one store call
+        where they fit (before its final checkpoint: the checkpoint never claims rounds the record lacks)."""
+        self.flush(*self.end_rows(history))
+
+    @store_call
+    def finish(self, history: list[dict[str, float]], status: str = "FINISHED", artifacts: bool = True,
+               drawn: Drawing | None = None) -> dict[str, Any]:
+        """Log rounds-to-target (unless record_end did) and artifacts, end the run; returns the summary.
+        The artifacts (metrics.csv, curves.png: CPU work) are drawn by the drawing thread (`drawn`, handed
+        to it earlier, or here) while this one waits on the store's commits (disk)."""
+        if drawn is None and artifacts and history:
+            drawn = Drawing(history, None, setting_title(self.cfg))
+        try:
+            return self._finish(history, status, drawn)
+        finally:
+            if drawn is not None:
+                drawn.close()
+
+    def _finish(self, history: list[dict[str, float]], status: str, drawn: Drawing | None) -> dict[str, Any]:
+        if self.targets is None:
+            self.record_end(history)
+        else:
+            self.flush()
+        summary: dict[str, Any] = {"run_id": self.run_id, "status": status, "rounds_to_target": self.targets}
         artifact_names = ["config.yaml"]
         if drawn is not None:
-            for path in drawn.result():
-                self.client.log_artifact(self.run_id, str(path))
+            paths = drawn.result()
+            if drawn.owned and paths:  # its own folder holds these files alone: one store call for all
+                self.client.log_artifacts(self.run_id, str(drawn.folder))
+            for path in paths:
+                if not drawn.owned:
+                    self.client.log_artifact(self.run_id, str(path))
                 artifact_names.append(path.name)
         summary["artifacts"] = artifact_names
-        summary["artifact_uri"] = run.info.artifact_uri  # fixed when the run was created
+        if self.artifact_uri is None:  # a resumed run: its creation's
+            self.artifact_uri = self.client.get_run(self.run_id).info.artifact_uri
+        summary["artifact_uri"] = self.artifact_uri
         self.client.set_terminated(self.run_id, status=status)
         return summary
 

@@ -181,6 +181,9 @@ class RemoteRecorder:
         self.writer.call("flush", self._handed_over())
         self._last_flush = time.monotonic()
 
+    def record_end(self, history: list[dict[str, float]]) -> None:
+        self.writer.call("record_end", self._handed_over(), history)
+
     def set_tags(self, tags: dict[str, str]) -> None:
         self.writer.call("set_tags", tags)
 
@@ -234,6 +237,10 @@ class _Served:
     def flush(self, rounds) -> None:
         self._buffer(rounds)
         self.recorder.flush()
+
+    def record_end(self, rounds, history) -> None:
+        self._buffer(rounds)
+        self.recorder.record_end(history)
 
     def set_tags(self, tags: dict[str, str]) -> None:
         self.recorder.set_tags(tags)

@@ -15,7 +15,10 @@ from tests.faultkit import fedbench, runs
 # two algorithms x two step sizes x two seeds, unequal clients (Dirichlet), evaluation every round
 GRID = ["algorithm=fedavg,fedprox", "eta_l=0.05,0.2", "seed=0,1"]
 SETTING = ["num_clients=6", "clients_per_round=3", "rounds=3", "batch_size=16", "partition.alpha=0.3",
-           "tracking.artifacts=false", "engine.threads=1", "targets=[0.3]"]
+           "engine.threads=1", "targets=[0.3]", "tracking.checkpoint_every=2"]
+# where a job ran, and how: the only tags in which a job's batched record may differ from its record alone
+PLACEMENT_TAGS = {"run_dir", "sweep_dir", "sweep_dirs", "recorded_digest", "batched_lanes"}
+TIMES = {"wall_time", "eval_time"}  # measured: their values differ from run to run
 
 
 def _histories(db):
@@ -23,8 +26,8 @@ def _histories(db):
     out = {}
     for r in all_runs:
         key = (r.data.params["algorithm.name"], r.data.params["eta_l"], r.data.params["seed"])
-        out[key] = (r, {m: [x.value for x in client.get_metric_history(r.info.run_id, m)]
-                        for m in ("test_accuracy", "test_loss", "floats_up")})
+        out[key] = (r, {m: [(x.step, x.value) for x in client.get_metric_history(r.info.run_id, m)] for m in r.data.metrics},
+                    sorted(a.path for a in client.list_artifacts(r.info.run_id)))
     return out
 
 
@@ -49,15 +52,27 @@ def test_every_job_of_the_batched_grid_is_the_run_it_is_alone(grids):
     assert len(batched) == 8 and batched.keys() == basic.keys()
     assert "8 job(s) in 1 group(s)" in done["batched"][1].stdout
     folders = set()
-    for key, (run, metrics) in batched.items():
-        alone_run, alone = basic[key]
+    for key, (run, metrics, artifacts) in batched.items():
+        alone_run, alone, alone_artifacts = basic[key]
         assert run.info.status == "FINISHED" and run.data.tags["batched_lanes"] == "8"
-        assert run.data.tags["config_hash"] == alone_run.data.tags["config_hash"]
+        assert run.info.end_time is not None and run.info.end_time >= run.info.start_time
         params = {k: v for k, v in run.data.params.items() if k != "tracking.uri"}
         assert params == {k: v for k, v in alone_run.data.params.items() if k != "tracking.uri"}
-        assert metrics["floats_up"] == alone["floats_up"]
-        assert metrics["test_accuracy"] == pytest.approx(alone["test_accuracy"], abs=1e-6), key
-        assert metrics["test_loss"] == pytest.approx(alone["test_loss"], rel=1e-5), key
+        tags, alone_tags = ({k: v for k, v in t.items() if k not in PLACEMENT_TAGS} for t in (run.data.tags, alone_run.data.tags))
+        for t in (tags, alone_tags):  # each launcher's grid writes a store of its own
+            t["overrides"] = " ".join(o for o in t["overrides"].split() if not o.startswith("tracking.uri="))
+        assert tags == alone_tags and tags["rounds_to_0.3"] == alone_tags["rounds_to_0.3"]
+        # every metric at every round (rounds-to-target at step 0), as the job records it alone
+        metrics.pop("warmup_time", None), alone.pop("warmup_time", None)  # the process's one-off warm-up: whichever run paid it
+        assert metrics.keys() == alone.keys() and {"test_accuracy", "floats_up", "rounds_to_0.3"} <= metrics.keys()
+        for name, values in metrics.items():
+            assert [step for step, _ in values] == [step for step, _ in alone[name]], (key, name)
+            if name not in TIMES:
+                assert [v for _, v in values] == pytest.approx([v for _, v in alone[name]], rel=1e-5, abs=1e-6), (key, name)
+        latest, alone_latest = ({k: v for k, v in r.data.metrics.items() if k not in TIMES | {"warmup_time"}}
+                                for r in (run, alone_run))  # each metric's last value: what reports read
+        assert latest == pytest.approx(alone_latest, rel=1e-5, abs=1e-6), key
+        assert artifacts == alone_artifacts == ["config.yaml", "curves.png", "metrics.csv"]
         folders.add(run.data.tags["run_dir"])
         assert (tmp / "batched" / run.data.tags["sweep_job"] / "checkpoint.pt").is_file()
     assert len(folders) == 8
@@ -209,10 +224,10 @@ def test_lanes_that_train_in_turns_are_recorded_and_free_their_client_tables_bef
     finished, turns = [], []
     finish = single.Job.finish
 
-    def counted_finish(self):
+    def counted_finish(self, *args, **kwargs):
         finished.append(self)
         assert sum(len(t.rows) for t in self.state.tables.values()) > 0  # SCAFFOLD's c_i of the clients it saw
-        return finish(self)
+        return finish(self, *args, **kwargs)
 
     run_lanes = batched.run_lanes
 
@@ -246,9 +261,9 @@ def test_a_group_writes_its_metrics_to_the_store_as_often_as_one_run(tmp_path, m
 
     flush = recorder.Recorder.flush.__wrapped__
 
-    def counted(self):
+    def counted(self, *args, **kwargs):
         writes.append(clock[0])
-        return flush(self)
+        return flush(self, *args, **kwargs)
 
     monkeypatch.setattr(recorder.time, "monotonic", tick)
     monkeypatch.setattr(recorder.Recorder, "flush", counted)
@@ -298,3 +313,53 @@ def test_jobs_of_the_same_config_files_are_composed_once_and_each_is_what_hydra_
     # the first job; then one composition per set of files (mclr, mlp_2nn); the +key job and the bad key's
     # (the copy refused it: Hydra's own error) composed by Hydra
     assert len(composed) == 1 + 2 + 1 + 1, composed
+
+
+def test_a_group_s_lanes_are_drawn_while_their_ends_are_written_and_a_lane_whose_end_fails_fails_alone(tmp_path, monkeypatch):
+    """A group's lanes end together: every lane's curves go to the drawing thread before the first lane's last
+    rounds and rounds-to-target are written, so the figures are drawn while the store commits. A lane whose run
+    cannot take its end (deleted in the store while it trained) fails with one line naming the store; the
+    others end FINISHED with every round, their rounds-to-target and their artifacts; no drawing folder is left."""
+    import tempfile
+
+    from fedbench.runs import batched
+    from fedbench.tracking import recorder as recording
+    from fedbench.tracking.store import StoreError
+
+    events, run_lanes = [], batched.run_lanes
+    drawing_init, record_end = recording.Drawing.__init__, recording.Recorder.record_end
+
+    def then_delete(feds, states, *args, **kwargs):
+        run_lanes(feds, states, *args, **kwargs)
+        client, started = runs(tmp_path / "m.db")
+        client.delete_run(next(r.info.run_id for r in started if r.data.params["eta_l"] == "0.1"))
+
+    def drawn(self, *args, **kwargs):
+        events.append("draw")
+        drawing_init(self, *args, **kwargs)
+
+    def ended(self, *args, **kwargs):
+        events.append("end")
+        return record_end(self, *args, **kwargs)
+
+    monkeypatch.setattr(batched, "run_lanes", then_delete)
+    monkeypatch.setattr(recording.Drawing, "__init__", drawn)
+    monkeypatch.setattr(recording.Recorder, "record_end", ended)
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    jobs = [batched.GroupJob(make_cfg(f"eta_l={lr}", "num_clients=6", "clients_per_round=3", "rounds=3", "targets=[0.05]",
+                                      f"tracking.uri=sqlite:///{tmp_path}/m.db"), tmp_path / str(i))
+            for i, lr in enumerate((0.05, 0.1, 0.2))]
+    results = batched.run_group(jobs, quiet=True)
+    assert events == ["draw"] * 3 + ["end"] * 3, events
+    assert isinstance(results[1], StoreError) and "the MLflow store" in str(results[1]), results[1]
+    client, done = runs(tmp_path / "m.db")
+    ended_runs = {r.data.params["eta_l"]: r for r in done}
+    assert set(ended_runs) == {"0.05", "0.2"}  # the deleted run is not searched
+    for k, run in zip((0, 2), ended_runs.values()):
+        assert results[k]["status"] == "FINISHED" and results[k]["artifacts"] == ["config.yaml", "metrics.csv", "curves.png"]
+        assert run.info.status == "FINISHED" and run.data.tags["rounds_to_0.05"] == "1"
+        assert run.data.metrics["rounds_to_0.05"] == 1
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "test_loss")] == [1, 2, 3]
+        assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"config.yaml", "metrics.csv", "curves.png"}
+    assert not list((tmp_path / "tmp").glob("fedbench-artifacts-*"))

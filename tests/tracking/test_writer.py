@@ -171,3 +171,91 @@ def test_a_run_s_curves_are_drawn_while_its_end_waits_on_the_store(tmp_path, mon
     assert overlapped == [True]
     assert summary["artifacts"] == ["config.yaml", "metrics.csv", "curves.png"]
     assert {a.path for a in recorder.client.list_artifacts(run_id)} == {"config.yaml", "metrics.csv", "curves.png"}
+
+
+def test_a_run_s_last_rounds_and_targets_are_one_store_call_before_its_checkpoint_and_its_end_reads_nothing_back(tmp_path):
+    """Job.save writes the run's buffered rounds with its rounds-to-target in one store call (record_end), then
+    checkpoints: the checkpoint never claims rounds or targets the record lacks. A run this process created
+    reads nothing back at its end (its artifact folder is its creation's). Resumed after that write and ended
+    again, the run logs no target metric twice."""
+    from fedbench.tracking.recorder import Recorder
+
+    cfg = make_cfg("rounds=3", "targets=[0.3,0.5,0.9]", f"tracking.uri=sqlite:///{tmp_path}/m.db")
+    recorder = Recorder(cfg, flush_seconds=float("inf"))
+    recorder.check_reachable()
+    run_id = recorder.start({})
+    history = [{"round": r, "test_accuracy": a, "floats_up": 10.0 * r} for r, a in ((1, 0.2), (2, 0.4), (3, 0.6))]
+    for row in history:
+        recorder.log_round(row)
+    calls, reads = [], []
+    log_batch, get_run = recorder.client.log_batch, recorder.client.get_run
+    recorder.client.log_batch = lambda *args, **kwargs: calls.append(kwargs) or log_batch(*args, **kwargs)
+    recorder.client.get_run = lambda *args, **kwargs: reads.append(args) or get_run(*args, **kwargs)
+    recorder.record_end(history)
+    assert len(calls) == 1 and len(calls[0]["metrics"]) == 3 * 2 + 2 and len(calls[0]["tags"]) == 3
+    summary = recorder.finish(history, artifacts=False)
+    assert len(calls) == 1 and reads == []
+    assert summary["rounds_to_target"] == {0.3: 2, 0.5: 3, 0.9: None} and summary["artifact_uri"].endswith("/artifacts")
+    run = get_run(run_id)
+    assert run.info.status == "FINISHED" and summary["artifact_uri"] == run.info.artifact_uri
+    assert [m.step for m in recorder.client.get_metric_history(run_id, "test_accuracy")] == [1, 2, 3]
+    again = Recorder(cfg, flush_seconds=float("inf"))  # killed after record_end, before its checkpoint: resumed
+    again.check_reachable()
+    again.start({}, run_id=run_id, logged_through=2)
+    again.log_round(history[-1])  # round 3, recomputed: in the record already
+    again.finish(history, artifacts=False)
+    for key in ("rounds_to_0.3", "rounds_to_0.5", "test_accuracy"):
+        assert len(again.client.get_metric_history(run_id, key)) == (3 if key == "test_accuracy" else 1), key
+    assert again.summary_of(get_run(run_id))["rounds_to_target"] == {0.3: 2, 0.5: 3, 0.9: None}
+
+
+def test_a_run_s_end_in_one_call_keeps_within_mlflow_s_limit_of_1000_metrics_and_tags_a_call(tmp_path):
+    """record_end adds the rounds-to-target (metrics and tags) to the last rounds' call: MLflow refuses a call of
+    more than 1000 metrics and tags together (a tracking server answers it with an error; the SQL store takes
+    it), so a call that would pass it is split, whole rounds each."""
+    from fedbench.tracking.recorder import Recorder
+
+    targets = [round(0.05 * i, 2) for i in range(1, 11)]
+    cfg = make_cfg("rounds=99", f"targets=[{','.join(map(str, targets))}]", f"tracking.uri=sqlite:///{tmp_path}/m.db")
+    recorder = Recorder(cfg, flush_seconds=float("inf"))
+    recorder.check_reachable()
+    run_id = recorder.start({})
+    history = [{"round": r, "test_accuracy": 0.6, **{f"m{i}": float(r + i) for i in range(9)}} for r in range(1, 100)]
+    for row in history:
+        recorder.log_round(row)
+    calls = []
+    log_batch = recorder.client.log_batch
+    recorder.client.log_batch = lambda *args, **kwargs: calls.append(kwargs) or log_batch(*args, **kwargs)
+    recorder.record_end(history)  # 99 rounds x 10 metrics, 10 target metrics and 10 target tags
+    assert all(len(c["metrics"]) + len(c["tags"]) <= 1000 for c in calls) and len(calls) == 2
+    client = recorder.client
+    assert len(client.get_metric_history(run_id, "m8")) == 99
+    assert len([k for k in client.get_run(run_id).data.tags if k.startswith("rounds_to")]) == 10
+
+
+def test_a_sweep_job_s_curves_are_drawn_while_its_record_s_end_is_written(tmp_path, monkeypatch):
+    """A job of the basic launcher records in its own process: its curves go to the drawing thread before its
+    last rounds and rounds-to-target are written (record_end), which waits here until the drawing has started
+    (at most 5 s); the run ends FINISHED with its artifacts."""
+    import threading
+
+    from fedbench.runs.single import run_job
+    from fedbench.tracking import recorder as recording
+
+    drawing, overlapped = threading.Event(), []
+    plot_curves, record_end = recording.plot_curves, recording.Recorder.record_end
+
+    def draw(*args, **kwargs):
+        drawing.set()
+        return plot_curves(*args, **kwargs)
+
+    def end(self, *args, **kwargs):
+        overlapped.append(drawing.wait(5))
+        return record_end(self, *args, **kwargs)
+
+    monkeypatch.setattr(recording, "plot_curves", draw)
+    monkeypatch.setattr(recording.Recorder, "record_end", end)
+    cfg = make_cfg(*ARTIFACTS, "targets=[0.05]", f"tracking.uri=sqlite:///{tmp_path}/m.db")
+    summary = run_job(cfg, tmp_path / "run", quiet=True, sweep=True)
+    assert overlapped == [True]
+    assert summary["status"] == "FINISHED" and summary["artifacts"] == ["config.yaml", "metrics.csv", "curves.png"]
