@@ -92,3 +92,18 @@ def local_cluster():
 def cluster(local_cluster):
     local_cluster.restore()
     return local_cluster
+
+
+# -- scheduling under pytest-xdist (pyproject.toml: -n logical --dist loadgroup) --------------------
+# Tests that start Ray or use the session's cluster run in one worker, one after the other as without
+# xdist: one cluster per session, and no two Ray instances that could find each other.
+RAY_MODULES = {"test_cluster.py", "test_ray_launcher.py", "test_security.py", "test_sweep_signals.py",
+               "test_bench_peers.py"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in RAY_MODULES or "local_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+    items.sort(key=lambda item: item.get_closest_marker("runs_first") is None)  # stable: the rest keep their order
