@@ -4,8 +4,8 @@ outcome either way fails until the record is regenerated (`fedbench reproduce al
 engine.threads=1`) and the change explained.
 
 Each entry is a test of its own that trains on one thread (engine.threads=1, as recorded) in a spawned worker
-process, as the record's `--jobs` workers do: pytest-xdist spreads the entries over its workers beside the rest
-of the suite, longest first (tests/conftest.py schedules them before the other tests)."""
+process, as the record's `--jobs` workers do: pytest-xdist spreads the entries over its workers before the rest
+of the suite, longest first (tests/scheduling.py)."""
 
 from __future__ import annotations
 
@@ -50,9 +50,8 @@ def entry_process():
 
 
 @pytest.mark.slow
-@pytest.mark.runs_first  # the longest tests first, so that the workers finish together
 @pytest.mark.timeout(3600)  # the longest, fedadmm/fig6, was recorded in 1,919 s on a busy 2-core machine
-@pytest.mark.parametrize("name", LONGEST_FIRST)
+@pytest.mark.parametrize("name", LONGEST_FIRST)  # in this order the first to start
 def test_ci_claims_are_the_recorded_ones(name, entry_process, tmp_path):
     lacking = missing(CATALOG[name], "ci")
     if lacking:
