@@ -16,6 +16,19 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 torch.set_num_threads(1)
 
+# pytest-xdist's workers start with COLUMNS=80 and LINES=24 in their environment, which the commands a test
+# runs inherit (`fedbench list` then wraps its lines): a worker takes the values of the process that started
+# it, which imports this file first
+TERMINAL = ("COLUMNS", "LINES")
+if "PYTEST_XDIST_WORKER" in os.environ:
+    for name, value in zip(TERMINAL, os.environ.get("FEDBENCH_TESTS_TERMINAL", ",").split(",")):
+        if value:
+            os.environ[name] = value
+        else:
+            os.environ.pop(name, None)
+else:
+    os.environ["FEDBENCH_TESTS_TERMINAL"] = ",".join(os.environ.get(name, "") for name in TERMINAL)
+
 
 def make_cfg(*overrides: str):
     with initialize_config_dir(config_dir=CONF, version_base=None):
@@ -92,3 +105,24 @@ def local_cluster():
 def cluster(local_cluster):
     local_cluster.restore()
     return local_cluster
+
+
+# -- pytest-xdist (pyproject.toml: -n logical): tests/scheduling.py shares the suite among the workers ---
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own choice; a hook of xdist only
+def pytest_xdist_make_scheduler(config, log):
+    from tests.scheduling import scheduler
+
+    return scheduler(config, log) if config.getvalue("dist") == "load" else None
+
+
+def pytest_collection_modifyitems(config, items):
+    from tests.scheduling import RAY_MODULES, spread
+
+    strays = sorted({item.nodeid.split("::")[0] for item in items if "local_cluster" in getattr(item, "fixturenames", ())
+                     and not item.nodeid.startswith(RAY_MODULES)})
+    if strays:  # its own cluster on a second worker would start beside the first
+        raise pytest.UsageError(f"{', '.join(strays)} use the cluster: add them to RAY_MODULES in tests/scheduling.py")
+    # stable: the long ones first, in their order, then the Ray tests (minutes in all), then the rest as collected
+    items.sort(key=lambda item: (not spread(item.nodeid), not item.nodeid.startswith(RAY_MODULES)))

@@ -23,7 +23,7 @@ def pytest_without(tmp_path, hidden: list[str], test_file: str, ci: bool):
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
     if ci:
         env["CI"] = "true"
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-p", "no:randomly",
                            "--rootdir", str(ROOT), str(ROOT / test_file), str(ROOT / NEEDS_NO_EXTRA)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 

@@ -135,6 +135,7 @@ def test_mlflow_runs_have_readable_names_a_source_and_open_on_the_runs_table(tmp
         assert tags["mlflow.source.git.commit"] == tags["git_commit"] == commit
 
 
+@pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_sweep_output_names_each_job_logs_plain_lines_and_fills_the_job_log(tmp_path):
     """Not on a terminal (a pipe here): plain progress lines instead of bar redraws; each line and
     summary says its job; the MLflow hint once per sweep; Hydra's job log holds the job's lines."""

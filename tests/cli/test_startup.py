@@ -42,6 +42,7 @@ print("LOADED", sorted(m for m in ("mlflow", "sqlalchemy", "alembic", "pandas", 
 """
 
 
+@pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_a_run_leaves_mlflow_pandas_and_matplotlib_to_its_writer(tmp_path):
     """... and the default run (MCLR, `auto` -> stacked on a CPU) never imports torch._dynamo and sympy,
     which torch.func's grad does (0.9 s)."""

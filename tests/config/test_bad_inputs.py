@@ -34,11 +34,13 @@ def command_messages(fixtures):
     return {line: diagnose_command(line, fixtures) for line, _ in COMMAND_CASES}
 
 
+@pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 @pytest.mark.parametrize("line,needle", COMMAND_CASES, ids=[c[0] for c in COMMAND_CASES])
 def test_bad_command_gives_its_message(command_messages, line, needle):
     assert needle in command_messages[line] and "\n" not in command_messages[line]
 
 
+@pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_table_is_large_and_the_doc_is_current(command_messages):
     assert len(CASES) >= 30 and len({c[0] for c in CASES}) == len(CASES)
     spec = importlib.util.spec_from_file_location("gen", ROOT / "scripts" / "gen_bad_inputs_doc.py")

@@ -3,14 +3,13 @@ fedbench/reproduce/results/ci.csv): each claim must be judged as recorded, held 
 outcome either way fails until the record is regenerated (`fedbench reproduce all --scale ci --record
 engine.threads=1`) and the change explained.
 
-Each entry trains on one thread (engine.threads=1, as recorded), so the entries run two at a time in
-worker processes, longest first: the numbers are each process's own, the wall time about half."""
+Each entry is a test of its own that trains on one thread (engine.threads=1, as recorded) in a spawned worker
+process, as the record's `--jobs` workers do: pytest-xdist spreads the entries over its workers before the rest
+of the suite, longest first (tests/scheduling.py)."""
 
 from __future__ import annotations
 
 import multiprocessing
-import os
-import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -24,6 +23,8 @@ CATALOG = load_catalog()
 # every reproduction whose ci scale runs on data available here (synthetic, digits, Fashion-MNIST)
 CI = ["losac/table2", "losac/fig2", "losac/fig6", "losac/fig7", "composite/fig2", "composite/fig3", "fedadmm/table3",
       "fedadmm/fig6", "fedadmm/fig9", "fedspeed/table4_2", "fedsso/table1", "fedsso/table2"]
+SECONDS = recorded("ci").groupby("reproduction")["seconds"].first().to_dict()
+LONGEST_FIRST = sorted(CI, key=lambda n: -float(SECONDS.get(n, 1e9)))  # an entry not yet recorded counts as long
 
 
 def test_ci_list_is_every_ci_scale():
@@ -40,29 +41,21 @@ def ci_outcome(name: str, folder: str) -> tuple[list[tuple[str, bool]], str]:
     return [(c.text, c.holds) for c in outcome.claims], outcome.markdown
 
 
-@pytest.fixture(scope="module")
-def outcomes():
-    runnable = [n for n in CI if not missing(CATALOG[n], "ci")]
-    seconds = recorded("ci").groupby("reproduction")["seconds"].first().to_dict()
-    order = sorted(runnable, key=lambda n: -float(seconds.get(n, 1e9)))  # longest first: the two workers finish together
-    with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(
-            max_workers=min(2, os.cpu_count() or 1), mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {}
-        for n in order:
-            folder = Path(tmp) / n.replace("/", "_")
-            folder.mkdir()
-            futures[n] = pool.submit(ci_outcome, n, str(folder))
-        return {n: f.exception() or f.result() for n, f in futures.items()}  # one failing entry fails alone
+@pytest.fixture(scope="session")
+def entry_process():
+    """One spawned process per pytest process, reused by its entries (as the record's workers are): an entry
+    never sees what the tests before it left in the test process (default dtype, threads, imported plugins)."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield pool
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3600)  # the first test waits for every entry (~7 min on this 2-core machine, CI ~2x)
-@pytest.mark.parametrize("name", CI)
-def test_ci_claims_are_the_recorded_ones(name, outcomes):
-    if name not in outcomes:
-        pytest.skip(f"{name} needs {', '.join(missing(CATALOG[name], 'ci'))}, not in this checkout")
-    if isinstance(outcomes[name], BaseException):
-        raise outcomes[name]
-    claims, markdown = outcomes[name]
+@pytest.mark.timeout(3600)  # the longest, fedadmm/fig6, was recorded in 1,919 s on a busy 2-core machine
+@pytest.mark.parametrize("name", LONGEST_FIRST)  # in this order the first to start
+def test_ci_claims_are_the_recorded_ones(name, entry_process, tmp_path):
+    lacking = missing(CATALOG[name], "ci")
+    if lacking:
+        pytest.skip(f"{name} needs {', '.join(lacking)}, not in this checkout")
+    claims, markdown = entry_process.submit(ci_outcome, name, str(tmp_path)).result()
     assert recorded_claims(name, "ci"), f"{name}: no recorded ci outcome; run fedbench reproduce all --scale ci --record"
     assert claims == recorded_claims(name, "ci"), markdown

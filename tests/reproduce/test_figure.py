@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from fedbench.reproduce.catalog import get
 from fedbench.reproduce.compare import RunResult
@@ -41,6 +42,7 @@ def test_figure_draws_targets_switches_and_metric_names():
     assert "FedSGD (runs to round 300, cut)" in [t.get_text() for t in fig.legends[0].get_texts()]
 
 
+@pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_marks_come_from_the_entry_and_each_arms_config():
     rep = get("fedadmm/fig6")
     marks = figure_marks(rep, plan(rep, rep.scales["ci"], "t"))

@@ -221,6 +221,7 @@ def tiny_conf(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_cli_runs_the_grid_saves_the_comparison_and_exits_1_on_a_failed_claim(tiny_conf, monkeypatch):
     seen = {}
 
@@ -283,6 +284,7 @@ def test_a_failing_job_fails_alone_and_the_grid_goes_on(tiny_conf, monkeypatch):
     assert not failed.holds and failed.detail.startswith("failed: A [g1] seed 0: ")
 
 
+@pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_a_tuned_grid_trains_every_candidate_and_reports_the_winners(tiny_conf, monkeypatch):
     """Scale.tune end to end: every method's candidates train (as lanes of one program), the comparison and the
     claims use each method's winner, the output lists every candidate."""
@@ -315,6 +317,7 @@ def test_a_tuned_grid_trains_every_candidate_and_reports_the_winners(tiny_conf, 
     assert len(client.search_runs([client.get_experiment_by_name(rep.name).experiment_id])) == 5  # 4 candidates + comparison
 
 
+@pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_a_reproduction_run_again_with_skip_finished_reads_its_finished_arms_back(tiny_conf, monkeypatch):
     """tracking.skip_finished=true: the arms that FINISHED are read back from the record, not trained again, and
     the comparison is the same; by default every invocation trains its arms afresh."""
@@ -346,6 +349,7 @@ def test_cli_exit_code_0_when_every_claim_holds(monkeypatch):
     assert result.exit_code == 0 and "| table |" in result.output
 
 
+@pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_cli_list_shows_every_reproduction_and_its_needs():
     result = CliRunner().invoke(cli_app, ["reproduce", "list"])
     assert result.exit_code == 0
@@ -381,6 +385,7 @@ def test_fig6_check_asserts_divergence_at_every_scale_and_its_weaker_form_at_ci(
     assert not check(_ratios(DSGD=1.01, MimeSVRG=0.8, FedAvg=1.1, SCAFFOLD=1.1, LoSAC=1.1), "ci")[0].holds
 
 
+@pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_reproduce_all_runs_what_can_run_here_and_says_why_not_for_the_rest(tiny_conf, monkeypatch):
     from fedbench.reproduce.run import reproduce_all
 
@@ -399,6 +404,7 @@ def test_reproduce_all_runs_what_can_run_here_and_says_why_not_for_the_rest(tiny
     assert "| method | group | metric | paper | measured |" in text  # the comparison table of what ran
 
 
+@pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_reproduce_all_records_claims_compute_and_docs(tiny_conf, monkeypatch):
     import fedbench.reproduce.results as results_module
     from fedbench.reproduce.run import reproduce_all

@@ -78,6 +78,7 @@ def test_every_job_of_the_batched_grid_is_the_run_it_is_alone(grids):
     assert len(folders) == 8
 
 
+@pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_a_relaunch_skips_every_finished_job(grids):
     tmp, done = grids
     db, _, args = done["batched"]

@@ -39,6 +39,7 @@ def checkpoint_round(path: Path) -> int:
 
 # 1. A refused run removes only what it made ---------------------------------------------------------
 
+@pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_refused_run_keeps_what_its_folders_held_and_removes_what_it_made(tmp_path):
     """`hydra.run.dir` at a folder of the user's: refused (data missing), the folder and every file in
     it stay, whatever their names (`*.log`, `.hydra`); a folder the run created is removed, with the
@@ -347,6 +348,7 @@ def test_resume_uses_the_config_dir_and_a_folder_with_any_characters(tmp_path):
     assert [m.step for m in client.get_metric_history(done.info.run_id, "floats_up")] == list(range(1, 301))
 
 
+@pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_resume_uses_the_fedbench_conf_the_run_was_started_with(tmp_path):
     import shutil
 

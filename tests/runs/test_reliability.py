@@ -166,6 +166,7 @@ def test_an_orphan_temporary_checkpoint_is_removed_and_checkpoints_follow_the_um
     assert (tmp_path / "run" / "checkpoint.pt").stat().st_mode & 0o777 == 0o644
 
 
+@pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_a_run_refused_after_hydra_starts_leaves_no_folder(tmp_path):
     """Data missing (found only when the data set is built): Hydra already made the run folder."""
     out = fedbench("run", "dataset=mnist", f"data.root={tmp_path}/none", f"hydra.run.dir={tmp_path}/runs/a", cwd=tmp_path)

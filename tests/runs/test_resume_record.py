@@ -48,6 +48,7 @@ def test_an_appended_hydra_callback_is_refused_and_runs_nothing(finished, tmp_pa
     assert out.returncode == 0 and "already FINISHED" in out.stderr, out.stderr[-3000:]
 
 
+@pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_the_digest_covers_overrides_and_config_folders_but_not_the_placement(finished):
     from fedbench.core.errors import ConfigError
     from fedbench.runs.recorded import read_overrides, verify

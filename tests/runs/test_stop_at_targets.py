@@ -49,6 +49,7 @@ def test_the_run_ends_at_the_first_round_every_target_is_reached_with_the_full_r
     assert again.run_id == res.run_id and len(again.history) == r  # complete: nothing trained or logged again
 
 
+@pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_a_lane_that_reaches_its_targets_leaves_and_the_others_are_their_runs_alone(full):
     from fedbench.config.compose import compose
 

@@ -47,6 +47,7 @@ def test_joblib_grid_is_one_experiment_tagged_and_relaunch_skips(sweep):
     assert again.returncode == 0 and again.stderr.count("skipped, this configuration FINISHED") == 8
 
 
+@pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_report_tables_from_the_sweep(sweep):
     from fedbench.core.errors import ConfigError
     from fedbench.tracking.report import build_table, load_runs
