@@ -274,7 +274,9 @@ def test_cli_runs_the_grid_saves_the_comparison_and_exits_1_on_a_failed_claim(ti
 
 def test_a_failing_job_fails_alone_and_the_grid_goes_on(tiny_conf, monkeypatch):
     rep = fake_rep(tiny_conf / "papers", monkeypatch)
-    arms = (Arm("A", "g1", ("algorithm=fedavg", "eta_l=1e300")), Arm("B", "g1", ("algorithm=fedavg",)))
+    # A: a step within float32's range (eta_l=1e300 is refused before any work) whose first update overflows:
+    # it diverges at round 1, beside B in the same lane group
+    arms = (Arm("A", "g1", ("algorithm=fedavg", "eta_l=3e38")), Arm("B", "g1", ("algorithm=fedavg",)))
     rep = Reproduction(**{**rep.__dict__, "scales": {"ci": Scale(arms, (0,), "cpu", "s", config="fake/t/ci")}})
     outcome = reproduce(rep, "ci", (f"tracking.uri=sqlite:///{tiny_conf}/mlflow.db", "engine.threads=1"),
                         outputs=tiny_conf / "outputs")
