@@ -173,3 +173,18 @@ def test_the_replay_check_is_bounded_by_the_replayed_noise_floor():
     assert bench.checks(trajectory(7e-3, 1e-2), seq, gpu_floor, False) == ["round1 ok (7e-03, floor 4e-03)"]
     assert bench.checks(trajectory(5e-2, 1e-2), seq, gpu_floor, False) == ["round1 FAIL (5e-02, floor 4e-03)"]
     assert bench.deviations(trajectory(1.0, 2.0, 3.0)["models"], seq["models"][:2]) == [1.0, 2.0]
+
+
+def test_synthetic_cifar10_is_read_by_the_cifar10_data_set_with_its_shapes(tmp_path):
+    """resnet100 without CIFAR-10: the bench's synthetic batches are CIFAR-10's python batches, which fedbench's
+    own reader takes (50,000 / 10,000 images of 3x32x32, labels 0-9), and which has_cifar10 then finds."""
+    from fedbench.data import DATASETS
+
+    assert not bench.has_cifar10(str(tmp_path))
+    bench.write_synthetic_cifar10(tmp_path)
+    assert bench.has_cifar10(str(tmp_path))
+    ds = DATASETS.get("cifar10")(root=str(tmp_path), mean=None, std=None)
+    assert ds.x_train.shape == (50_000, 3, 32, 32) and ds.x_test.shape == (10_000, 3, 32, 32)
+    assert set(ds.y_train.unique().tolist()) == set(range(10))
+    spec = bench.workload_spec("resnet100", "cpu", str(tmp_path))
+    assert spec["data_root"] == str(tmp_path) and spec["num_clients"] * spec["per_client"] == 50_000
