@@ -124,13 +124,11 @@ def workload_spec(name: str, device: str, cifar_root: str | None) -> dict:
     return w
 
 
-CIFAR_BATCHES = [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]
-
-
 def has_cifar10(root: str) -> bool:
-    """Whether the cifar10 data set would find its python batches under `root` (its own folders, in order)."""
-    folders = [Path(root) / "cifar10" / "cifar-10-batches-py", Path(root) / "cifar-10-batches-py", Path(root) / "cifar10"]
-    return any(all((f / n).is_file() for n in CIFAR_BATCHES) for f in folders)
+    """Whether the cifar10 data set would find its python batches under `root`."""
+    from fedbench.data.vision import CIFAR10_BATCHES, cifar_folder
+
+    return cifar_folder(root, "cifar10", "cifar-10-batches-py", sum(CIFAR10_BATCHES, [])) is not None
 
 
 def write_synthetic_cifar10(root: Path) -> None:
@@ -138,10 +136,12 @@ def write_synthetic_cifar10(root: Path) -> None:
     pixels and labels: CIFAR-10's shapes for timing where the real set is missing (accuracy is chance)."""
     import pickle
 
+    from fedbench.data.vision import CIFAR10_BATCHES
+
     folder = root / "cifar-10-batches-py"
     folder.mkdir(parents=True)
     rng = np.random.default_rng([SEED, 0xC1FA])
-    for name in CIFAR_BATCHES:
+    for name in sum(CIFAR10_BATCHES, []):
         batch = {b"batch_label": b"synthetic", b"data": rng.integers(0, 256, (10_000, 3072), dtype=np.uint8),
                  b"labels": rng.integers(0, 10, 10_000).tolist(), b"filenames": [b"synthetic.png"] * 10_000}
         with open(folder / name, "wb") as f:
@@ -226,6 +226,11 @@ class Clock:
         self.starts: list[float] = []
         self.end = 0.0
 
+    def stop(self):
+        """The end of the last round (its kernels run)."""
+        self.tick()
+        self.end = self.starts.pop()
+
     def tick(self):
         if torch.cuda.is_initialized():  # a round ends when its kernels have run, not when they are queued
             torch.cuda.synchronize()
@@ -262,8 +267,7 @@ def run_fedbench(workload: dict, rounds: int, replay: torch.Tensor | None = None
     state = initial_state(fed)
     clock.tick()
     state = run(fed, state, on_round)
-    clock.tick()  # synchronizes: the end of the last round
-    clock.end = clock.starts.pop()
+    clock.stop()
     out = clock.result(models, fed)
     out["executor"] = info.executor
     return out
@@ -282,8 +286,7 @@ def run_seq(workload: dict, rounds: int, replay: torch.Tensor | None = None) -> 
         ids = cohort(fed, r)
         global_sd = seq_round(module, global_sd, fed, client_batches(fed, r, ids))
         models.append(to_vector(global_sd))
-    clock.tick()
-    clock.end = clock.starts.pop()
+    clock.stop()
     return clock.result(models, fed)
 
 
@@ -357,7 +360,7 @@ def run_flower(workload: dict, rounds: int, replay: torch.Tensor | None = None) 
             time.sleep(0.05)
         strategy = CohortFedAvg(fraction_evaluate=0.0, weighted_by_key=UNIFORM_KEY)
         strategy.start(grid=grid, initial_arrays=ArrayRecord(module.state_dict()), num_rounds=rounds)
-        clock.end = time.time()
+        clock.stop()
 
     client = ClientApp()
     client.train()(bench_peers._flower_train)
@@ -439,8 +442,7 @@ def run_pfl(workload: dict, rounds: int, replay: torch.Tensor | None = None) -> 
     )
     train_params = NNTrainHyperParams(local_num_epochs=1, local_learning_rate=fed.eta_l, local_batch_size=BATCH)
     FederatedAveraging().run(algo_params, backend, model, train_params, None, callbacks=[Timer()])
-    clock.tick()
-    clock.end = clock.starts.pop()
+    clock.stop()
     return clock.result(models, fed)
 
 

@@ -136,20 +136,20 @@ def check_across(values: dict[str, Any]) -> None:
         check(torch.cuda.is_available(), f"engine.device={device} but no CUDA device is available; use engine.device=auto")
 
 
-FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max
-
-
 def check_representable(values: dict[str, Any]) -> None:
     """A float32 run multiplies its tensors by its rates and the algorithm's coefficients as float32: a number
     beyond float32's range (eta_l=1e300) cannot be converted there, and would fail the run, and in a grid the
     lanes trained beside it, with a bare RuntimeError."""
     if values["engine"]["dtype"] != "float32":
         return
+    import torch
+
+    largest = torch.finfo(torch.float32).max
     numbers = [(k, v) for k, v in values.items() if isinstance(v, float)]
     numbers += [(f"algorithm.{k}", v) for k, v in values["algorithm"].items() if isinstance(v, float)]
     for key, value in numbers:
-        check(not math.isfinite(value) or abs(value) <= FLOAT32_MAX,
-              f"{key}={value:g} is beyond float32's range (largest {FLOAT32_MAX:.4g}), the run's engine.dtype; use a "
+        check(not math.isfinite(value) or abs(value) <= largest,
+              f"{key}={value:g} is beyond float32's range (largest {largest:.4g}), the run's engine.dtype; use a "
               "smaller value, or engine.dtype=float64")
 
 

@@ -108,21 +108,26 @@ def _read_cifar_batches(paths: list[Path], label_key: bytes, num_classes: int) -
     return torch.from_numpy(np.concatenate(xs)), torch.from_numpy(np.concatenate(ys))
 
 
+CIFAR10_BATCHES = ([f"data_batch_{i}" for i in range(1, 6)], ["test_batch"])  # (train, test) file names
+
+
+def cifar_folder(root: str, name: str, folder: str, files: list[str]) -> Path | None:
+    """The first of a CIFAR set's folders under `root` that holds all its python batches, or None."""
+    folders = [Path(root) / name / folder, Path(root) / folder, Path(root) / name]
+    return first_existing(folders, lambda f: all((f / n).is_file() for n in files))
+
+
 def _cifar(name: str, root: str, download: bool, folder: str, train: list[str], test: list[str], label_key: bytes,
            num_classes: int, tv_cls: str, mean, std, augment, augment_pad, augment_crop_prob) -> Dataset:
-    folders = [Path(root) / name / folder, Path(root) / folder, Path(root) / name]
-
-    def has_all(f: Path) -> bool:
-        return all((f / n).is_file() for n in train + test)
-
-    hint = f"{name} not found: place the python-version batches ({', '.join(train + test)}) in {folders[0]}"
-    found = first_existing(folders, has_all)
+    hint = (f"{name} not found: place the python-version batches ({', '.join(train + test)}) in "
+            f"{Path(root) / name / folder}")
+    found = cifar_folder(root, name, folder, train + test)
     if found is None and download:
         import torchvision.datasets
 
         source = getattr(torchvision.datasets, tv_cls)  # its published URL and md5 only: the class unpickles
         fetch_archive(source.url, Path(root), name, hint, md5=source.tgz_md5)
-        found = first_existing(folders, has_all)
+        found = cifar_folder(root, name, folder, train + test)
     if found is None:
         raise DataUnavailableError(hint + " (or set data.download=true)")
     x_train, y_train = _read_cifar_batches([found / n for n in train], label_key, num_classes)
@@ -143,8 +148,7 @@ def cifar10(
     augment_pad: int = 4,
     augment_crop_prob: float = 0.5,
 ) -> Dataset:
-    return _cifar("cifar10", root, download, "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)],
-                  ["test_batch"], b"labels", 10, "CIFAR10", mean, std, augment, augment_pad, augment_crop_prob)
+    return _cifar("cifar10", root, download, "cifar-10-batches-py", *CIFAR10_BATCHES, b"labels", 10, "CIFAR10", mean, std, augment, augment_pad, augment_crop_prob)
 
 
 @DATASETS.register("cifar100", "CIFAR-100 (fine labels), 3x32x32, 50,000/10,000 (python batches); optional augmentation")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 import tempfile
 import traceback
@@ -57,8 +58,6 @@ def stop_with_parent(parent: int) -> None:
     lanes checkpoint after their round and are marked KILLED) and the worker exits; an idle worker, which
     would wait for work forever (a dead parent's queue never closes for it), exits at once. A parent gone
     before this: exit now. Elsewhere than Linux the worker trains its group to the end."""
-    import signal
-
     _PARENT["pid"] = parent
     if sys.platform.startswith("linux"):
         import ctypes
@@ -75,8 +74,6 @@ def orphaned() -> bool:
 
 
 def _parent_died(signum, frame):
-    import signal
-
     if not _PARENT["training"]:
         os._exit(128 + signum)
     if not _PARENT.get("told"):  # once: the kernel may send it again, and a second SIGTERM means "stop now"
@@ -117,7 +114,7 @@ def train_in_worker(train: Callable, stop_file: str, members: list[tuple[Any, li
         _PARENT["training"] = False
         arm_worker(False)
         if orphaned():  # nobody to report to: the runs are recorded, the folders checkpointed
-            os._exit(128 + 15)
+            os._exit(128 + signal.SIGTERM)
     return [portable(r) if isinstance(r, BaseException) else r for r in results]
 
 

@@ -319,7 +319,7 @@ class Job:
 
         if not (self.cfg.tracking.get("artifacts", True) and self.state.history):
             return None
-        return Drawing(self.state.history, None, setting_title(self.cfg))
+        return Drawing(self.state.history, setting_title(self.cfg))
 
     def _finish(self, drawn) -> dict[str, Any]:
         self.close()

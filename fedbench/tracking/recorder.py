@@ -133,19 +133,18 @@ def store_call(method):
 
 
 class Drawing:
-    """A run's metrics.csv and curves.png written into `folder` (None: a temporary folder of its own) by
+    """A run's metrics.csv and curves.png written into a temporary folder of its own by
     this process's drawing thread (a daemon: an interrupted process never waits for it), which draws
     what it is handed one drawing after another (a batched group's lanes end together: one thread, not
     one each, whose starts wait on the interpreter lock the others hold); `result()` waits and gives
-    their paths, or raises what it raised; `close()` waits and removes a folder of its own."""
+    their paths, or raises what it raised; `close()` waits and removes the folder."""
 
     _queue: queue.SimpleQueue | None = None
     _pid = 0  # the process the thread runs in (a forked child inherits the queue, not the thread)
     _lock = threading.Lock()
 
-    def __init__(self, history: list[dict[str, float]], folder: Path | None, title: str):
-        self.owned = folder is None
-        self.folder = Path(tempfile.mkdtemp(prefix="fedbench-artifacts-")) if folder is None else folder
+    def __init__(self, history: list[dict[str, float]], title: str):
+        self.folder = Path(tempfile.mkdtemp(prefix="fedbench-artifacts-"))
         self.paths: list[Path] = []
         self.error: BaseException | None = None
         self.done = threading.Event()
@@ -188,8 +187,7 @@ class Drawing:
 
     def close(self) -> None:
         self.done.wait()
-        if self.owned:
-            shutil.rmtree(self.folder, ignore_errors=True)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class Recorder:
@@ -389,7 +387,7 @@ class Recorder:
         The artifacts (metrics.csv, curves.png: CPU work) are drawn by the drawing thread (`drawn`, handed
         to it earlier, or here) while this one waits on the store's commits (disk)."""
         if drawn is None and artifacts and history:
-            drawn = Drawing(history, None, setting_title(self.cfg))
+            drawn = Drawing(history, setting_title(self.cfg))
         try:
             return self._finish(history, status, drawn)
         finally:
@@ -405,12 +403,9 @@ class Recorder:
         artifact_names = ["config.yaml"]
         if drawn is not None:
             paths = drawn.result()
-            if drawn.owned and paths:  # its own folder holds these files alone: one store call for all
+            if paths:  # its own folder holds these files alone: one store call for all
                 self.client.log_artifacts(self.run_id, str(drawn.folder))
-            for path in paths:
-                if not drawn.owned:
-                    self.client.log_artifact(self.run_id, str(path))
-                artifact_names.append(path.name)
+            artifact_names += [path.name for path in paths]
         summary["artifacts"] = artifact_names
         if self.artifact_uri is None:  # a resumed run: its creation's
             self.artifact_uri = self.client.get_run(self.run_id).info.artifact_uri

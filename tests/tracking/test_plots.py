@@ -65,7 +65,9 @@ def test_metrics_csv_has_the_round_first(tmp_path):
 
     rows = [{"floats_down": 10.0 * r, "floats_up": 10.0 * r, "wall_time": 0.1 * r, "test_accuracy": 0.1 * r,
              "eval_time": 0.01 * r, "round": r} for r in (1, 2)]  # as engine.loop._round_metrics orders them
-    Drawing(rows, tmp_path, "t").result()
-    header, first, _ = (tmp_path / "metrics.csv").read_text().splitlines()
+    drawn = Drawing(rows, "t")
+    drawn.result()
+    header, first, _ = (drawn.folder / "metrics.csv").read_text().splitlines()
+    drawn.close()
     assert header.split(",") == ["round", "floats_down", "floats_up", "wall_time", "test_accuracy", "eval_time"]
     assert first.split(",")[0] == "1"
