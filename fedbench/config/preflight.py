@@ -146,11 +146,30 @@ def unknown_top_level_key(root: str, rest: list[str], keys: set[str], conf_dir: 
                        + (hint or suggest.did_you_mean(root, valid)))
 
 
+def set_values(cfg, overrides) -> bool:
+    """Hydra's own application of value overrides to a composed config, in place and in order
+    (ConfigLoaderImpl._apply_overrides_to_config: OmegaConf.update with merge=True, after the config files are
+    merged). False where the key is absent or Hydra would raise: its composition then reports it."""
+    from omegaconf import OmegaConf
+
+    for o in overrides:
+        if OmegaConf.select(cfg, o.key_or_group, default=_ABSENT) is _ABSENT:
+            return False
+        try:
+            OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True)
+        except Exception:  # noqa: BLE001 - Hydra's composition reports it in its words
+            return False
+    return True
+
+
+_ABSENT = object()
+
+
 class JobComposer:
     """The configs of a grid's jobs, each as Hydra composes it, without composing each one (a second
     with Hydra): the jobs that choose the same config files share one composition, and their plain
-    values (key=value) are set on a copy of it. Anything else (+key, ~key, a value the composed config
-    does not take) is composed by Hydra, whose error is the one to report."""
+    values (key=value) are set on a copy of it (set_values). Anything else (+key, ~key, a value the composed
+    config does not take) is composed by Hydra, whose error is the one to report."""
 
     def __init__(self, conf_dir: Path, search: list[str]):
         self.conf_dir, self.search = conf_dir, search
@@ -158,7 +177,6 @@ class JobComposer:
 
     def __call__(self, job: list[str]):
         from hydra.core.override_parser.overrides_parser import OverridesParser
-        from omegaconf import OmegaConf, open_dict
 
         from fedbench.config.compose import compose
 
@@ -168,14 +186,59 @@ class JobComposer:
             if files not in self.bases:
                 self.bases[files] = compose([*files, *self.search], directory=self.conf_dir)
             cfg = self.bases[files].copy()
-            for o in OverridesParser.create().parse_overrides(values):
-                if OmegaConf.select(cfg, o.key_or_group, default="<absent>") == "<absent>":
-                    raise KeyError(o.key_or_group)
-                with open_dict(cfg):
-                    OmegaConf.update(cfg, o.key_or_group, o.value(), merge=False)
-            return cfg
-        except Exception:  # Hydra's own composition reports it (or takes it)
-            return compose([*job, *self.search], directory=self.conf_dir)
+            if set_values(cfg, OverridesParser.create().parse_overrides(values)):
+                return cfg
+        except Exception:  # noqa: BLE001 - Hydra's own composition reports it (or takes it)
+            pass
+        return compose([*job, *self.search], directory=self.conf_dir)
+
+
+class CheckedComposer:
+    """checked_compose of many command lines (a reproduction's jobs), Hydra composing once per shape: a command
+    line that differs from one composed before only in plain values (`key=value`: not a group, not hydra.*,
+    neither + nor ~, a value that is no dict or list, a key no other value override touches, a scalar in the
+    config: a group outside GROUPS is a dict there, or absent) gets that config with those values set as Hydra
+    sets them (set_values), then the checks of `fedbench run`'s values. Anything else is composed and checked
+    as checked_compose does."""
+
+    def __init__(self, directory: Path | None = None):
+        self.directory = directory
+        self.composed: dict[tuple[str, ...], tuple[list, object]] = {}
+
+    def __call__(self, overrides: list[str]):
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from hydra.errors import OverrideParseException
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        from fedbench.config.validate import validate
+
+        try:
+            parsed = OverridesParser.create().parse_overrides(list(overrides))
+        except OverrideParseException:
+            return checked_compose(overrides, self.directory)  # its error, in its words
+        shape = tuple(o.key_or_group if self.plain(o, parsed) else o.input_line for o in parsed)
+        if shape in self.composed:
+            before, cfg = self.composed[shape]
+            changed = [new for old, new in zip(before, parsed) if old.input_line != new.input_line]
+            derived = cfg.copy()
+            if not any(isinstance(OmegaConf.select(cfg, o.key_or_group, default=None), (DictConfig, ListConfig))
+                       for o in changed) and set_values(derived, changed):
+                validate(derived)
+                return derived
+        cfg = checked_compose(overrides, self.directory)
+        self.composed[shape] = (parsed, cfg)
+        return cfg
+
+    @staticmethod
+    def plain(o, parsed) -> bool:
+        from hydra.core.override_parser.types import OverrideType
+
+        key = o.key_or_group
+        return (o.type == OverrideType.CHANGE and not o.is_sweep_override() and o.package is None and "/" not in key
+                and key not in GROUPS and key.split(".")[0] != "hydra" and not isinstance(o.value(), (dict, list))
+                and not any(p.key_or_group == key or p.key_or_group.startswith(key + ".")
+                            or key.startswith(p.key_or_group + ".") for p in parsed
+                            if p is not o and p.key_or_group not in GROUPS))  # a group's file comes before values
 
 
 def check_no_grid(overrides: list[str]) -> None:

@@ -14,7 +14,7 @@ import yaml
 from omegaconf import DictConfig
 
 from fedbench.config.compose import conf_dir, group_choices_of
-from fedbench.config.preflight import checked_compose
+from fedbench.config.preflight import CheckedComposer
 from fedbench.core.errors import ConfigError, DataUnavailableError, DivergenceError, FedbenchError, report_error
 from fedbench.reproduce.entry import Arm, Claim, Reproduction, Scale, paper_count
 from fedbench.reproduce.compare import (COLLAPSE_RULE, MIN_SEEDS, RunResult, aggregate, comparison, display_frame,
@@ -163,20 +163,24 @@ class Job:
     cfg: DictConfig
 
 
-def plan(rep: Reproduction, scale: Scale, stamp: str, extra: tuple[str, ...] = ()) -> list[Job]:
+def plan(rep: Reproduction, scale: Scale, stamp: str, extra: tuple[str, ...] = (), seeds: tuple[int, ...] = (),
+         composer: CheckedComposer | None = None) -> list[Job]:
     """Every job of the grid (each tuning candidate an arm), arm-major, composed and checked as `fedbench run`
     checks a command line (a ConfigError before any training). Each job is a run of its own in the experiment
     `rep.name`, named `<stamp>-<arm>`; tracking.skip_finished=false: arms with equal configs all run, and the
     comparison uses this invocation's runs, unless the command sets tracking.skip_finished=true: then an arm
     whose config FINISHED in the experiment is read back, and one interrupted continues from its checkpoint
-    (a long reproduction stopped midway goes on where it stopped)."""
+    (a long reproduction stopped midway goes on where it stopped). seeds: these instead of the scale's.
+    Hydra composes once per distinct set of config files (CheckedComposer: the seeds and step sizes of a grid
+    differ in values only)."""
     jobs = []
     fresh = [] if any(o.startswith("tracking.skip_finished=") for o in extra) else ["tracking.skip_finished=false"]
+    composer = composer or CheckedComposer()
     for arm in scale.runs:
-        for seed in scale.seeds:
+        for seed in seeds or scale.seeds:
             overrides = [*job_overrides(rep, scale, arm, extra), f"seed={seed}", f"tracking.experiment={rep.name}",
                          f"tracking.run_name={stamp}-{arm.slug}", *fresh]
-            jobs.append(Job(arm, seed, overrides, checked_compose(overrides)))
+            jobs.append(Job(arm, seed, overrides, composer(overrides)))
     return jobs
 
 
@@ -497,7 +501,8 @@ def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] 
     if lacking:
         raise ConfigError(f"{rep.name} cannot run here: missing {', '.join(lacking)}")
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"  # two reproductions started in one second stay apart
-    grid = plan(rep, scale, stamp, extra)
+    composer = CheckedComposer()
+    grid = plan(rep, scale, stamp, extra, composer=composer)
     check_data(grid)
     started = time.perf_counter()
     out = outputs / rep.name
@@ -515,7 +520,7 @@ def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] 
               f"{seed_span(before)}; judging on {MIN_SEEDS} seeds (adding {seed_span(more)})", flush=True)
         rep = with_seeds(rep, scale_name, (*before, *more))
         scale = rep.scales[scale_name]
-        added = [job for job in plan(rep, scale, stamp, extra) if job.seed in more]
+        added = plan(rep, scale, stamp, extra, seeds=more, composer=composer)
         new_runs, new_failures = run_grid(rep, scale, added, out / "runs" / stamp, jobs)
         runs, failures, grid = in_grid_order(scale, runs + new_runs), failures + new_failures, grid + added
         table, claims, tuning = evaluate(rep, scale_name, runs)

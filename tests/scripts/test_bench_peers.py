@@ -29,15 +29,27 @@ THREADS = torch.get_num_threads()
 TINY = dict(model="mclr", num_clients=20, per_client=60, cohort=4)
 
 
+def release_the_test_streams() -> None:
+    """pfl imports absl, whose logging handler holds the stream that was sys.stderr at import (pytest's capture
+    file) and closes it when logging is configured again (logging.config.dictConfig, as Hydra's job logging
+    does in a later test's in-process run) unless it is sys.stderr at that moment: under contextlib's
+    redirect_stderr it is not, and pytest's capture is closed for every test after. Pointed at the process's
+    own stderr, which absl never closes."""
+    absl = sys.modules.get("absl.logging")
+    if absl is not None:
+        absl.get_absl_handler().python_handler.stream = sys.__stderr__
+
+
 @pytest.fixture(autouse=True)
 def restore_the_environment():
     """Flower's Ray simulation writes PYTHONPATH (with site-packages and the checkout) into os.environ:
-    later tests' subprocesses must not inherit it."""
+    later tests' subprocesses must not inherit it. The peers' logging keeps no stream of pytest's."""
     environ, path = dict(os.environ), list(sys.path)
     yield
     os.environ.clear()
     os.environ.update(environ)
     sys.path[:] = path
+    release_the_test_streams()
 
 
 def test_client_batches_are_the_engine_minibatches():
@@ -188,3 +200,19 @@ def test_synthetic_cifar10_is_read_by_the_cifar10_data_set_with_its_shapes(tmp_p
     assert set(ds.y_train.unique().tolist()) == set(range(10))
     spec = bench.workload_spec("resnet100", "cpu", str(tmp_path))
     assert spec["data_root"] == str(tmp_path) and spec["num_clients"] * spec["per_client"] == 50_000
+
+
+def test_logging_configured_again_under_a_redirected_stderr_leaves_pytests_streams_open():
+    """What a later test does (tests/bad_inputs.py runs `fedbench run` in this process, its stderr redirected,
+    and Hydra configures logging): pytest's capture files stay open after the peers were imported."""
+    import contextlib
+    import io
+    import logging.config
+
+    import pfl  # noqa: F401 - imports absl.logging
+
+    release_the_test_streams()
+    streams = sys.stdout, sys.stderr
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        logging.config.dictConfig({"version": 1, "disable_existing_loggers": False})
+    assert not any(stream.closed for stream in streams)

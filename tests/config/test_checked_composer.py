@@ -1,0 +1,92 @@
+"""A reproduction's jobs are composed once per shape (config.preflight.CheckedComposer): each job's config is
+the one `fedbench run` composes and checks from its overrides, with Hydra composing only where the config
+files differ."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from fedbench.config import compose as composing
+from fedbench.config.preflight import CheckedComposer, checked_compose
+from fedbench.core.errors import ConfigError
+from fedbench.reproduce.catalog import load_catalog
+from fedbench.reproduce.run import plan
+from fedbench.runs.single import config_hash
+
+CATALOG = load_catalog()
+
+
+def same_config(job_cfg, overrides: list[str]) -> None:
+    reference = checked_compose(overrides)
+    assert OmegaConf.to_yaml(job_cfg) == OmegaConf.to_yaml(reference), overrides
+    assert config_hash(job_cfg) == config_hash(reference), overrides
+    assert job_cfg._get_flag("struct") == reference._get_flag("struct"), overrides
+
+
+@pytest.fixture
+def compositions(monkeypatch):
+    """How many times Hydra composes."""
+    calls = []
+    real = composing._composed
+    monkeypatch.setattr(composing, "_composed", lambda *a: calls.append(a) or real(*a))
+    return calls
+
+
+# step sizes as interpolations (composite), group changes with values of the group (fedadmm), four keys a job
+@pytest.mark.parametrize("name", ["composite/fig2", "fedadmm/table3", "losac/table2"])
+def test_every_job_of_a_reproduction_is_the_config_fedbench_run_composes(name, compositions):
+    rep = CATALOG[name]
+    scale = rep.scales["ci"]
+    jobs = plan(rep, scale, "stamp")
+    groups = ("algorithm", "experiment", "scale", "dataset", "partition", "model", "engine", "tracking")
+    shapes = {tuple(o if o.split("=")[0] in groups else o.split("=")[0] for o in job.overrides) for job in jobs}
+    assert len(jobs) == len(scale.runs) * len(scale.seeds)
+    count = len(compositions)
+    assert count == 2 * len(shapes)  # checked_compose composes twice (with Hydra's settings, then without)
+    for job in jobs[:: max(1, len(jobs) // 10)] + [jobs[-1]]:
+        same_config(job.cfg, job.overrides)
+    assert count < len(jobs) / 2  # Hydra composed a fraction of the jobs (each checked_compose composes twice)
+
+
+@pytest.mark.slow
+def test_every_catalog_entry_at_every_scale_is_composed_as_fedbench_run_composes_it():
+    for name, rep in CATALOG.items():
+        for scale_name, scale in rep.scales.items():
+            jobs = plan(rep, scale, "stamp")
+            for job in (jobs[len(jobs) // 2], jobs[-1]):  # the reference composes twice a job: two jobs a scale
+                same_config(job.cfg, job.overrides)
+
+
+def test_a_value_a_later_job_sets_is_checked_as_fedbench_run_checks_it():
+    composer = CheckedComposer()
+    composer(["eta_l=0.1", "seed=0"])
+    with pytest.raises(ConfigError) as derived:
+        composer(["eta_l=-1", "seed=1"])
+    with pytest.raises(ConfigError) as alone:
+        checked_compose(["eta_l=-1", "seed=1"])
+    assert str(derived.value) == str(alone.value)
+    composer(["eta_l=0.1", "rounds=3"])
+    with pytest.raises(ConfigError) as derived:
+        composer(["eta_l=0.1", "rounds=[1,2]"])  # a list: composed by Hydra, whose error it is
+    with pytest.raises(ConfigError) as alone:
+        checked_compose(["eta_l=0.1", "rounds=[1,2]"])
+    assert str(derived.value) == str(alone.value)
+
+
+def test_group_choices_and_keys_another_override_touches_are_composed(compositions):
+    composer = CheckedComposer()
+    for job in (["algorithm=fedavg", "eta_l=0.1"], ["algorithm=fedprox", "eta_l=0.1"],
+                ["experiment=fedadmm/table3", "algorithm=fedprox"], ["experiment=fedadmm/table3", "algorithm=fedavg"],
+                ["algorithm=fedprox", "algorithm.mu=0.5", "algorithm.mu=0.25"]):
+        before = len(compositions)
+        same_config(composer(job), job)
+        assert len(compositions) - before == 4, job  # a new shape: composed and checked, then the reference
+    before = len(compositions)
+    job = ["algorithm=fedprox", "algorithm.mu=0.7", "algorithm.mu=0.25"]
+    same_config(composer(job), job)
+    assert len(compositions) - before == 4  # `algorithm.mu` is touched by another override: no derivation
+    before = len(compositions)
+    job = ["algorithm=fedavg", "eta_l=0.3"]
+    same_config(composer(job), job)
+    assert len(compositions) - before == 2  # the reference only: derived from ["algorithm=fedavg", "eta_l=0.1"]
