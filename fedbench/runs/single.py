@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import sys
 import tempfile
@@ -240,7 +241,7 @@ class Job:
         run is complete before its last round (stop_at_targets)."""
         rounds, bar = self.fed.rounds, self.bar
         self.recorder.log_round(metrics)
-        shown = {k.replace("test_", ""): f"{metrics[k]:.4f}" for k in ("test_accuracy", "test_loss") if k in metrics}
+        shown = {k.replace("test_", ""): metric_text(metrics[k]) for k in ("test_accuracy", "test_loss") if k in metrics}
         if bar is not None:
             bar.set_postfix(shown, refresh=False)
             bar.update(1)
@@ -417,12 +418,19 @@ class JobOutput:
         self._log(text)
 
 
+def metric_text(value: float) -> str:
+    """Four decimals, or four significant digits in scientific notation where the decimals would be a 30-digit
+    number (a diverging loss) or all zeros."""
+    return f"{value:.4f}" if value == 0 or not math.isfinite(value) or 1e-3 <= abs(value) < 1e6 else f"{value:.4e}"
+
+
 def format_summary(summary: dict[str, Any], rounds: int, hint: bool = True) -> str:
     lines = ["", "== fedbench run summary =="]
     if summary.get("final_accuracy") is not None:
-        lines.append(f"final test accuracy  {summary['final_accuracy']:.4f}   best {summary['best_accuracy']:.4f}")
+        lines.append(f"final test accuracy  {metric_text(summary['final_accuracy'])}   best "
+                     f"{metric_text(summary['best_accuracy'])}")
     if summary.get("final_loss") is not None:
-        lines.append(f"final test loss      {summary['final_loss']:.4f}")
+        lines.append(f"final test loss      {metric_text(summary['final_loss'])}")
     for target, reached in summary.get("rounds_to_target", {}).items():
         lines.append(f"rounds to {target:g}".ljust(21) + format_rounds(reached, rounds))
     evaluation = f", evaluation {summary['eval_time']:.1f} s more" if summary.get("eval_time") else ""
