@@ -126,6 +126,14 @@ def collect_failures(sweep_dir: Path) -> list[str]:
 # Every sweep whose grid holds a run, as `|<sweep folder>|<sweep folder>|`: a relaunched sweep skips the jobs
 # that FINISHED (tracking.skip_finished), so their runs keep the `sweep_dir` of the sweep that trained them,
 # and a filter on it would cover part of the grid; the relaunch adds itself here instead (runs.single.Job).
+def shell_word(text: str) -> str:
+    """`text` as one word of a shell command: in double quotes where none of them is special in it (the
+    readable form), else as shlex quotes it."""
+    import shlex
+
+    return f'"{text}"' if not set(text) & set('"$`\\!') else shlex.quote(text)
+
+
 def report_command(config: DictConfig) -> str:
     """The ready-to-paste `fedbench report` of every job of this sweep's grid (sweep_filter: the jobs it
     skipped as FINISHED included), with the first target of the config, and the first algorithm of the
@@ -134,7 +142,7 @@ def report_command(config: DictConfig) -> str:
 
     sweep_dir = str(Path(config.hydra.sweep.dir).resolve())
     args = ["fedbench report --experiment", shlex.quote(str(config.tracking.experiment)),
-            f"--filter \"{sweep_filter(sweep_dir)}\""]
+            "--filter", shell_word(sweep_filter(sweep_dir))]
     if config.tracking.get("uri"):
         args += ["--uri", shlex.quote(str(config.tracking.uri))]
     targets = list(config.get("targets") or [])

@@ -14,5 +14,10 @@ def with_sweep(sweeps: str | None, sweep_dir: str) -> str:
 
 
 def sweep_filter(sweep_dir: str) -> str:
-    """The MLflow filter of every run of the sweep in `sweep_dir`, trained by it or skipped as FINISHED."""
-    return f"tags.{SWEEPS_TAG} LIKE '%|{sweep_dir}|%'"
+    """The MLflow filter of every run of the sweep in `sweep_dir`, trained by it or skipped as FINISHED. MLflow's
+    strings have no escapes: the value is quoted with the quote the folder's name lacks (a name with both has
+    its quotes matched by LIKE's one-character `_`)."""
+    quote = "'" if "'" not in sweep_dir else '"' if '"' not in sweep_dir else None
+    if quote is None:
+        quote, sweep_dir = "'", sweep_dir.replace("'", "_").replace('"', "_")
+    return f"tags.{SWEEPS_TAG} LIKE {quote}%|{sweep_dir}|%{quote}"
