@@ -172,6 +172,27 @@ def test_a_relaunched_sweep_does_not_resume_a_job_still_running(tmp_path):
 
 
 @pytest.mark.slow  # >= 10 s (issue 43: `pytest -m "not slow"` is the quick loop)
+def stop_outside_a_write(proc, db: Path) -> None:
+    """SIGSTOP `proc` at a moment it holds no write lock on the SQLite store `db` (stopped inside a commit, it
+    would keep every other process out of the store: the relaunch would wait SQLite's busy timeout and fail
+    "database is locked" before its ownership check, which is not what this test is about)."""
+    import sqlite3
+
+    for _ in range(200):
+        proc.send_signal(signal.SIGSTOP)
+        probe = sqlite3.connect(db, timeout=0, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")  # refused while another connection holds a write lock
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(0.05)
+        finally:
+            probe.close()
+    raise AssertionError("the first sweep held the store's write lock at every try")
+
+
 def test_a_sweep_relaunched_while_the_first_runs_stops_in_one_line(tmp_path):
     """The issue's case: the first sweep still trains job 0 (stopped here, alive) when the same sweep is
     launched again; the relaunch would continue job 0 from its checkpoint beside it. It exits 2 in one
@@ -185,7 +206,7 @@ def test_a_sweep_relaunched_while_the_first_runs_stops_in_one_line(tmp_path):
         assert first.poll() is None, first.communicate()[1][-3000:]
         assert time.monotonic() - t0 < 240, "no checkpoint in time"
         time.sleep(0.02)
-    first.send_signal(signal.SIGSTOP)
+    stop_outside_a_write(first, db)
     try:
         out = fedbench("run", "-m", *args, f"hydra.sweep.dir={tmp_path}/s2", cwd=tmp_path)
     finally:
