@@ -175,12 +175,17 @@ class JobComposer:
         self.conf_dir, self.search = conf_dir, search
         self.bases: dict[tuple[str, ...], object] = {}
 
+    @staticmethod
+    def files(job: list[str]) -> tuple[str, ...]:
+        """The overrides that choose or change config files (the rest are plain values)."""
+        return tuple(o for o in job if o[0] in "+~" or "/" in o.split("=", 1)[0] or o.split("=", 1)[0] in GROUPS)
+
     def __call__(self, job: list[str]):
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         from fedbench.config.compose import compose
 
-        files = tuple(o for o in job if o[0] in "+~" or "/" in o.split("=", 1)[0] or o.split("=", 1)[0] in GROUPS)
+        files = self.files(job)
         values = [o for o in job if o not in files]
         try:
             if files not in self.bases:
@@ -194,51 +199,28 @@ class JobComposer:
 
 
 class CheckedComposer:
-    """checked_compose of many command lines (a reproduction's jobs), Hydra composing once per shape: a command
-    line that differs from one composed before only in plain values (`key=value`: not a group, not hydra.*,
-    neither + nor ~, a value that is no dict or list, a key no other value override touches, a scalar in the
-    config: a group outside GROUPS is a dict there, or absent) gets that config with those values set as Hydra
-    sets them (set_values), then the checks of `fedbench run`'s values. Anything else is composed and checked
-    as checked_compose does."""
+    """checked_compose of many command lines (a reproduction's jobs: seeds and step sizes differ in values
+    only): the first job of each set of config files is composed and checked as `fedbench run` checks a
+    command line; the others are JobComposer's configs, their values checked as `fedbench run` checks them."""
 
     def __init__(self, directory: Path | None = None):
-        self.directory = directory
-        self.composed: dict[tuple[str, ...], tuple[list, object]] = {}
+        from fedbench.config.compose import conf_dir
+
+        self.directory = directory or conf_dir()
+        self.composer = JobComposer(self.directory, [])
+        self.checked: set[tuple[str, ...]] = set()
 
     def __call__(self, overrides: list[str]):
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-        from hydra.errors import OverrideParseException
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
         from fedbench.config.validate import validate
 
-        try:
-            parsed = OverridesParser.create().parse_overrides(list(overrides))
-        except OverrideParseException:
-            return checked_compose(overrides, self.directory)  # its error, in its words
-        shape = tuple(o.key_or_group if self.plain(o, parsed) else o.input_line for o in parsed)
-        if shape in self.composed:
-            before, cfg = self.composed[shape]
-            changed = [new for old, new in zip(before, parsed) if old.input_line != new.input_line]
-            derived = cfg.copy()
-            if not any(isinstance(OmegaConf.select(cfg, o.key_or_group, default=None), (DictConfig, ListConfig))
-                       for o in changed) and set_values(derived, changed):
-                validate(derived)
-                return derived
-        cfg = checked_compose(overrides, self.directory)
-        self.composed[shape] = (parsed, cfg)
+        files = JobComposer.files(overrides)
+        if files not in self.checked:
+            cfg = checked_compose(overrides, self.directory)
+            self.checked.add(files)
+            return cfg
+        cfg = self.composer(overrides)
+        validate(cfg)
         return cfg
-
-    @staticmethod
-    def plain(o, parsed) -> bool:
-        from hydra.core.override_parser.types import OverrideType
-
-        key = o.key_or_group
-        return (o.type == OverrideType.CHANGE and not o.is_sweep_override() and o.package is None and "/" not in key
-                and key not in GROUPS and key.split(".")[0] != "hydra" and not isinstance(o.value(), (dict, list))
-                and not any(p.key_or_group == key or p.key_or_group.startswith(key + ".")
-                            or key.startswith(p.key_or_group + ".") for p in parsed
-                            if p is not o and p.key_or_group not in GROUPS))  # a group's file comes before values
 
 
 def check_no_grid(overrides: list[str]) -> None:

@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from fedbench.config import compose as composing
-from fedbench.config.preflight import CheckedComposer, checked_compose
+from fedbench.config.preflight import CheckedComposer, JobComposer, checked_compose
 from fedbench.core.errors import ConfigError
 from fedbench.reproduce.catalog import load_catalog
 from fedbench.reproduce.run import job_overrides, plan
@@ -39,14 +39,12 @@ def test_every_job_of_a_reproduction_is_the_config_fedbench_run_composes(name, c
     rep = CATALOG[name]
     scale = rep.scales["ci"]
     jobs = plan(rep, scale, "stamp")
-    groups = ("algorithm", "experiment", "scale", "dataset", "partition", "model", "engine", "tracking")
-    shapes = {tuple(o if o.split("=")[0] in groups else o.split("=")[0] for o in job.overrides) for job in jobs}
+    files = {JobComposer.files(job.overrides) for job in jobs}  # each chosen by several jobs (the seeds)
     assert len(jobs) == len(scale.runs) * len(scale.seeds)
-    count = len(compositions)
-    assert count == 2 * len(shapes)  # checked_compose composes twice (with Hydra's settings, then without)
+    # each set of files: checked_compose (composing with Hydra's settings, then without) and JobComposer's base
+    assert len(compositions) == 3 * len(files) < len(jobs)
     for job in jobs[:: max(1, len(jobs) // 10)] + [jobs[-1]]:
         same_config(job.cfg, job.overrides)
-    assert count < len(jobs) / 2  # Hydra composed a fraction of the jobs (each checked_compose composes twice)
 
 
 @pytest.mark.slow
@@ -79,19 +77,14 @@ def test_a_value_a_later_job_sets_is_checked_as_fedbench_run_checks_it():
     assert str(derived.value) == str(alone.value)
 
 
-def test_group_choices_and_keys_another_override_touches_are_composed(compositions):
+def test_jobs_with_the_files_of_an_earlier_job_are_derived_and_others_composed(compositions):
     composer = CheckedComposer()
-    for job in (["algorithm=fedavg", "eta_l=0.1"], ["algorithm=fedprox", "eta_l=0.1"],
-                ["experiment=fedadmm/table3", "algorithm=fedprox"], ["experiment=fedadmm/table3", "algorithm=fedavg"],
-                ["algorithm=fedprox", "algorithm.mu=0.5", "algorithm.mu=0.25"]):
+    for job, composed in ((["algorithm=fedavg", "eta_l=0.1"], 2), (["algorithm=fedprox", "eta_l=0.1"], 2),
+                          (["algorithm=fedprox", "algorithm.mu=0.5", "algorithm.mu=0.25"], 1),
+                          (["algorithm=fedprox", "eta_l=0.3", "seed=4"], 0), (["algorithm=fedavg", "eta_l=0.3"], 1),
+                          (["experiment=fedadmm/table3", "algorithm=fedprox"], 2),
+                          (["algorithm=fedprox", "~algorithm.mu"], 2), (["algorithm=fedprox", "data.root=x"], 0)):
         before = len(compositions)
-        same_config(composer(job), job)
-        assert len(compositions) - before == 4, job  # a new shape: composed and checked, then the reference
-    before = len(compositions)
-    job = ["algorithm=fedprox", "algorithm.mu=0.7", "algorithm.mu=0.25"]
-    same_config(composer(job), job)
-    assert len(compositions) - before == 4  # `algorithm.mu` is touched by another override: no derivation
-    before = len(compositions)
-    job = ["algorithm=fedavg", "eta_l=0.3"]
-    same_config(composer(job), job)
-    assert len(compositions) - before == 2  # the reference only: derived from ["algorithm=fedavg", "eta_l=0.1"]
+        cfg = composer(job)
+        assert len(compositions) - before == composed, job
+        same_config(cfg, job)
