@@ -102,6 +102,12 @@ class _Schedule:
     start: Tensor  # [L, s] first position of each step's batch in the client's permutation
 
 
+def take(t: Tensor, idx: Tensor) -> Tensor:
+    """t[idx] for an index tensor of any shape over t's first dimension, by index_select (the same values;
+    a minibatch's rows gathered 3x faster than by advanced indexing on a CPU)."""
+    return t.index_select(0, idx.reshape(-1)).view(*idx.shape, *t.shape[1:])
+
+
 def step_schedule(sizes: Tensor, batch_size: int, epochs: Tensor | None, local_steps: int | None
                   ) -> tuple[Tensor, Tensor, Tensor]:
     """(batch size, steps per epoch, local steps) of clients with `sizes` samples: epoch mode when
@@ -195,7 +201,7 @@ class LocalWork:
         rows = self._working_rows(t)
         if rows is not None:  # only the clients still working: no compute on finished ones
             idx, w, start, ids = idx[rows], w[rows], start[rows], ids[rows]
-        batch = Batch(self.data.x[idx], self.data.y[idx], w, block.uniform[k], rows)
+        batch = Batch(take(self.data.x, idx), take(self.data.y, idx), w, block.uniform[k], rows)
         if self.data.transform is not None:
             pos = start[:, None] + torch.arange(width, device=self.ids.device)
             keys = hash_keys(self._seed(2, rows), self.round, ids[:, None], TAG_AUGMENT, t, pos, device=self.ids.device)
@@ -290,7 +296,7 @@ class LocalWork:
             size = torch.stack([bs[i, jj] for (_, bs), i, jj in zip(pieces, self.ids, j)])
         valid = torch.arange(idx.shape[1], device=idx.device) < size[:, None]
         w = valid * (num_blocks / self._scale_denominator())[:, None]
-        return Batch(self.data.x[idx], self.data.y[idx], w.to(self.data.x.dtype))
+        return Batch(take(self.data.x, idx), take(self.data.y, idx), w.to(self.data.x.dtype))
 
     def _scale_denominator(self) -> Tensor:
         # f_i = sum of losses ('sum') or mean loss ('mean'): the per-sample weight is 1 or 1/n_i.
@@ -304,7 +310,7 @@ class LocalWork:
             valid = pos[None, :] < self.sizes[:, None]
             w = valid / self._scale_denominator()[:, None]
             idx = self._index[:, start : start + len(pos)]
-            yield Batch(self.data.x[idx], self.data.y[idx], w.to(self.data.x.dtype))
+            yield Batch(take(self.data.x, idx), take(self.data.y, idx), w.to(self.data.x.dtype))
 
     # -- gradients ---------------------------------------------------------------------------
     def grad(self, X: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
