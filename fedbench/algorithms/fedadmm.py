@@ -112,7 +112,8 @@ class FedADMM(Algorithm):
             w_start = client["w"] if self.local_init == "local" else theta.expand(work.num_clients, -1)
 
         def direction(t, W, G, batch):
-            return G + y + rho * (W - theta)  # grad_w L_i (Alg. 1 line 17)
+            # grad_w L_i = G + y + rho (W - theta) (Alg. 1 line 17), in this order; two fresh tensors, not four
+            return (G + y).add_((W - theta).mul_(rho))
 
         W = local_sgd(work, w_start, direction)
         new = dict(client)
