@@ -1,7 +1,7 @@
 """A grid's job configs as Hydra's load_sweep_config makes them, composing each set of config files
 once. Hydra composes every job from its files (defaults list, YAML, schema merges: ~0.2 s a job);
 jobs that choose the same files and differ only in plain values (`eta_l=0.1 seed=2`) get a copy of
-that composition with their values set by Hydra's own override code, and the job fields Hydra
+that composition with their values set as Hydra sets them (config.preflight.set_values), and the job fields Hydra
 derives from the overrides (hydra.overrides.task, hydra.job.override_dirname) set as Hydra sets them.
 Anything else (+key, ~key, key@pkg, a value that Hydra rejects) is composed by Hydra."""
 
@@ -52,9 +52,12 @@ class SweepComposer:
     @staticmethod
     def _set_values(cfg, values, task) -> None:
         """What Hydra's _load_configuration_impl does with a job's overrides after composing its files."""
-        from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
+        from hydra._internal.config_loader_impl import get_overrides_dirname
 
-        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        from fedbench.config.preflight import set_values
+
+        if not set_values(cfg, values):
+            raise ValueError("a value Hydra's composition reports")  # composed by Hydra instead
         cfg.hydra.overrides.task = [o.input_line for o in task]
         dirname = cfg.hydra.job.config.override_dirname
         cfg.hydra.job.override_dirname = get_overrides_dirname(overrides=task, kv_sep=dirname.kv_sep,
