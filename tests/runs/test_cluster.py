@@ -97,8 +97,12 @@ def test_a_worker_node_killed_mid_sweep_loses_nothing_and_logs_nothing_twice(clu
                             stderr=subprocess.STDOUT, text=True)
     try:
         # a job's process takes Ray's task title when its task starts: wait for it, not only for the checkpoints
-        wait_until(lambda: len(list(sweep.glob("*/checkpoint.pt"))) == 2 and cluster.worker_task_pids(), 180,
-                   "both jobs' first checkpoints and a job on the worker node", proc)
+        try:
+            wait_until(lambda: len(list(sweep.glob("*/checkpoint.pt"))) == 2 and cluster.worker_task_pids(), 180,
+                       "both jobs' first checkpoints and a job on the worker node", proc)
+        except AssertionError as exc:  # what ran where: Ray's processes (pid, group, title) and the nodes' groups
+            groups = {n: (cluster.dir / f"ray-{n}.pid").read_text().strip() for n in ("head", "worker")}
+            raise AssertionError(f"{exc}; Ray's processes {cluster.ray_processes()}, node groups {groups}") from None
         cluster.kill_worker()
         first, _ = proc.communicate(timeout=300)
     finally:
