@@ -13,7 +13,7 @@ rounding: lanes of several step sizes compute X - lr * G in one fused pass).
 
     python scripts/bench_batched.py                      # the issue's workloads (CPU: ~15 min on 2 cores)
     python scripts/bench_batched.py --workloads digits   # one of them
-    python scripts/bench_batched.py --rounds 3           # a quick pass
+    python scripts/bench_batched.py --rounds 3 --repeats 1   # a quick pass
     python scripts/bench_batched.py --workloads resnet --device cuda   # on a GPU
 """
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -95,31 +96,42 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", default=["fmnist", "digits", "mixed"], choices=sorted(WORKLOADS))
     parser.add_argument("--rounds", type=int, default=0, help="rounds per job (0: the workload's own)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved runs of each launcher; medians are shown")
     args = parser.parse_args()
     rows = []
     for name in args.workloads:
         overrides, rounds = WORKLOADS[name]
         rounds = args.rounds or rounds
         with tempfile.TemporaryDirectory() as tmp:
-            folder = Path(tmp)
-            times = {launcher: run_grid(launcher, overrides, rounds, args.device, folder)
-                     for launcher in ("basic", "batched")}
-            basic, batched = final_accuracies(folder / "basic.db"), final_accuracies(folder / "batched.db")
-            assert basic.keys() == batched.keys(), "the launchers ran different jobs"
-            assert all(basic[k][0] == batched[k][0] for k in basic), "a job ended differently under the two launchers"
-            worst_job = max(basic, key=lambda k: abs(basic[k][1] - batched[k][1]))
-            worst = abs(basic[worst_job][1] - batched[worst_job][1])
-            print(f"  largest final-accuracy difference: {basic[worst_job][3]} ({basic[worst_job][0]}): basic "
-                  f"{basic[worst_job][1]:.4f}, batched {batched[worst_job][1]:.4f}", flush=True)
-            # the grid's arithmetic: training rounds, evaluations and the kernels' warm-up, as the runs logged them
-            # (lanes log their share of each round); everything else is start-up, composing and recording
-            arithmetic = sum(v[2] for v in batched.values())
-            startup = startup_cost(overrides, args.device, folder)
+            # the launchers interleaved over repeats (their order alternating), each repeat in fresh folders and
+            # stores; medians of each figure
+            times: dict[str, list[float]] = {"basic": [], "batched": []}
+            startups, arithmetics, worst = [], [], 0.0
+            for repeat in range(args.repeats):
+                folder = Path(tmp) / f"repeat{repeat}"
+                folder.mkdir()
+                order = ("basic", "batched") if repeat % 2 == 0 else ("batched", "basic")
+                for launcher in order:
+                    times[launcher].append(run_grid(launcher, overrides, rounds, args.device, folder))
+                basic, batched = final_accuracies(folder / "basic.db"), final_accuracies(folder / "batched.db")
+                assert basic.keys() == batched.keys(), "the launchers ran different jobs"
+                assert all(basic[k][0] == batched[k][0] for k in basic), "a job ended differently under the two launchers"
+                worst_job = max(basic, key=lambda k: abs(basic[k][1] - batched[k][1]))
+                worst = max(worst, abs(basic[worst_job][1] - batched[worst_job][1]))
+                print(f"  repeat {repeat + 1}: basic {times['basic'][-1]:.1f} s, batched {times['batched'][-1]:.1f} s; "
+                      f"largest final-accuracy difference: {basic[worst_job][3]} ({basic[worst_job][0]}): basic "
+                      f"{basic[worst_job][1]:.4f}, batched {batched[worst_job][1]:.4f}", flush=True)
+                # the grid's arithmetic: training rounds, evaluations and the kernels' warm-up, as the runs logged
+                # them (lanes log their share of each round); everything else is start-up, composing and recording
+                arithmetics.append(sum(v[2] for v in batched.values()))
+                startups.append(startup_cost(overrides, args.device, folder))
+            times = {launcher: statistics.median(values) for launcher, values in times.items()}
+            startup, arithmetic = statistics.median(startups), statistics.median(arithmetics)
         jobs = len(basic)
         bound = times["basic"] / (startup + arithmetic)
         rows.append((name, jobs, rounds, times["basic"], times["batched"], times["basic"] / times["batched"], startup,
                      arithmetic, bound, worst))
-        print(f"{name}: {jobs} jobs x {rounds} rounds: basic {times['basic']:.1f} s, batched {times['batched']:.1f} s, "
+        print(f"{name}: {jobs} jobs x {rounds} rounds, medians of {args.repeats}: basic {times['basic']:.1f} s, batched {times['batched']:.1f} s, "
               f"{times['basic'] / times['batched']:.2f}x; one command's start-up {startup:.1f} s plus the batched grid's "
               f"arithmetic {arithmetic:.1f} s, so no cut of the rest can beat {bound:.2f}x (final accuracies differ by at "
               f"most {worst:.1e})", flush=True)
