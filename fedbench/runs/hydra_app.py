@@ -217,11 +217,10 @@ def interrupted_jobs(jobs: list[HydraJob], exc: BaseException):
 
 
 def report_stopped(lines: list[str], signum: int) -> None:
-    from fedbench.runs.interrupts import describe
+    from fedbench.runs.interrupts import report_where_stopped
 
-    print(f"error: interrupted ({describe(signum)}); where each job of the sweep stopped (fedbench resume continues "
-          "one; the same command again continues them all, skipping finished ones):\n  " + "\n  ".join(lines),
-          file=sys.stderr, flush=True)
+    report_where_stopped(signum, "job of the sweep", "fedbench resume continues one; the same command again continues "
+                         "them all, skipping finished ones", lines)
 
 
 def job_failed(job: HydraJob, exc: Exception) -> float:

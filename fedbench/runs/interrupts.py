@@ -63,6 +63,12 @@ def describe(signum: int) -> str:
     return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
 
 
+def report_where_stopped(signum: int, which: str, how: str, lines: list[str]) -> None:
+    """The one error line of an interrupted grid, then where each of its runs stopped, a line each."""
+    print(f"error: interrupted ({describe(signum)}); where each {which} stopped ({how}):\n  " + "\n  ".join(lines),
+          file=sys.stderr, flush=True)
+
+
 RECEIVED: list[int] = []  # the signals this process got: an error they caused is theirs
 
 

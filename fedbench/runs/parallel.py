@@ -182,7 +182,7 @@ def _outcome(future) -> list[Any] | tuple[str, Any]:
 def report_stopped(groups, outcomes, signum: int) -> None:
     """One line, then where each run of the grid stopped (its checkpoint's round and the resume command)."""
     from fedbench.runs.hydra_app import stopped_where
-    from fedbench.runs.interrupts import describe
+    from fedbench.runs.interrupts import report_where_stopped
 
     lines = []
     for members, outcome in zip(groups, outcomes):
@@ -196,5 +196,4 @@ def report_stopped(groups, outcomes, signum: int) -> None:
                 lines.append(f"{name}: failed ({outcome[1]})")
             else:
                 lines.append(f"{name}: {stopped_where(spec.run_dir)}")
-    print(f"error: interrupted ({describe(signum)}); where each run stopped (fedbench resume <folder> continues one):"
-          "\n  " + "\n  ".join(lines), file=sys.stderr, flush=True)
+    report_where_stopped(signum, "run", "fedbench resume <folder> continues one", lines)
