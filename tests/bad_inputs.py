@@ -151,7 +151,10 @@ CASES: list[tuple[str, str]] = [
     ("seed=0,1", "seed=0,1 is a grid of values: add -m to run a grid"),
     ("algorithm=fedavg,fedprox", "algorithm=fedavg,fedprox is a grid of values: add -m to run a grid"),
     ("rounds=[1,", "cannot parse the overrides: no viable alternative at input '[1,'"),
-    ("-m seed=range(0,100001)", "a grid of 100,001 jobs; at most 100,000 are run from one command line"),
+    ("-m seed=range(0,100001)", "a grid of 100,001 jobs (seed (100,001)); at most 100,000 are run from one command line"),
+    ("-m seed=range(0,100000000)", "a grid of 100,000,000 jobs (seed (100,000,000)); at most 100,000"),
+    ("-m seed=range(0,1000) algorithm=fedavg,fedprox eta_l=range(0.001,0.1,0.001)",
+     "a grid of 198,000 jobs (seed (1,000) x algorithm (2) x eta_l (99))"),
     # values the machine, the data set or the store cannot take
     ("engine.threads=100000", "engine.threads=100000 is more than this machine's CPU cores"),
     ("data.binary_classes=[99]", "data.binary_classes=[99]: 99 not a class; digits has the 10 classes 0..9"),
@@ -269,6 +272,8 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("reproduce losac/fig6 --scale ci seed=5", "seed=5: a reproduction sets seed per job (choose a reproduction's seeds with --seeds"),
     ("reproduce losac/fig6 tracking.run_name=mine", "tracking.run_name=mine: a reproduction sets tracking.run_name per job"),
     ("reproduce losac/fig6 --seeds 3-1", "--seeds '3-1': expected seeds >= 0 as a range, a list or both"),
+    ("reproduce losac/fig6 --seeds 0-100000000", "--seeds '0-100000000': 100,000,001 seeds; a reproduction runs at most 100,000 jobs"),
+    ("reproduce composite/fig2 --scale full --seeds 0-9999", "composite/fig2: 88 arms x 10,000 seeds = 880,000 jobs; a reproduction runs at most 100,000"),
     ("reproduce list --record", "--record records a reproduction's outcome: give an entry (fedbench reproduce list) or `all`"),
 ]
 

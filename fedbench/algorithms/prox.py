@@ -20,12 +20,38 @@ def soft_threshold(v: Tensor, threshold: float | Tensor) -> Tensor:
     return torch.sign(v) * torch.clamp(v.abs() - threshold, min=0.0)
 
 
+def svd_or_nan(X: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """torch.linalg.svd(X, full_matrices=False) of a batch [..., m, n], where a matrix that is not finite, or
+    that LAPACK cannot decompose (finite but ill-conditioned: a run on its way to diverge), comes out NaN.
+    LAPACK raises for the whole batch on one such matrix: one diverged client (or lane) would end every run
+    of its group, where the engine's divergence check fails that run alone. A batch without one is
+    decomposed as always, in one call."""
+    finite = torch.isfinite(X).flatten(-2).all(-1)
+    if not bool(finite.all()):
+        X = torch.where(finite[..., None, None], X, 0.0)
+    try:
+        U, S, Vh = torch.linalg.svd(X, full_matrices=False)
+    except torch.linalg.LinAlgError:  # rare: each matrix alone, to find the one LAPACK cannot take
+        parts, shape = [], X.shape[:-2]
+        for k, M in enumerate(X.reshape(-1, *X.shape[-2:])):
+            try:
+                parts.append(torch.linalg.svd(M, full_matrices=False))
+            except torch.linalg.LinAlgError:
+                finite.view(-1)[k] = False
+                r = min(M.shape)
+                parts.append((M.new_zeros(M.shape[0], r), M.new_zeros(r), M.new_zeros(r, M.shape[1])))
+        U, S, Vh = (torch.stack(part).reshape(*shape, *part[0].shape) for part in zip(*parts))
+    if not bool(finite.all()):
+        U, S, Vh = (torch.where(finite.reshape(*finite.shape, *(1,) * (a.dim() - finite.dim())), a, torch.nan)
+                    for a in (U, S, Vh))
+    return U, S, Vh
+
+
 def singular_value_threshold(v: Tensor, threshold: float | Tensor, shape: tuple[int, int]) -> Tensor:
     """prox of threshold * ||.||_* for x = vec(X), X of `shape`; batched over leading dims
-    (one batched SVD for the whole cohort)."""
+    (one batched SVD for the whole cohort). A matrix that is not finite comes out NaN (svd_or_nan)."""
     lead = v.shape[:-1]
-    X = v.reshape(*lead, *shape)
-    U, S, Vh = torch.linalg.svd(X, full_matrices=False)
+    U, S, Vh = svd_or_nan(v.reshape(*lead, *shape))
     S = torch.clamp(S - threshold, min=0.0)
     return ((U * S.unsqueeze(-2)) @ Vh).reshape(*lead, -1)
 
@@ -50,7 +76,7 @@ class Regularizer:
             return self.lam * x.abs().sum(-1)
         if self.kind == "nuclear":
             X = x.reshape(*x.shape[:-1], *self.shape)
-            return self.lam * torch.linalg.svdvals(X).sum(-1)
+            return self.lam * svd_or_nan(X)[1].sum(-1)
         return x.new_zeros(x.shape[:-1])
 
     def prox(self, v: Tensor, step: float | Tensor) -> Tensor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from pathlib import Path
 
 from fedbench.config import suggest
@@ -46,11 +47,31 @@ def searchpath(extra: tuple[Path, ...]) -> list[str]:
     return [f"hydra.searchpath=[{','.join(quoted_value(f'file://{d}') for d in extra)}]"] if extra else []
 
 
+def sweep_length(override) -> int:
+    """How many values a sweep override has, without listing them (`seed=range(0,10**9)` is a number)."""
+    from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
+
+    value = override.value()
+    if isinstance(value, RangeSweep) and value.step:
+        return max(0, math.ceil((value.stop - value.start) / value.step))
+    if isinstance(value, ChoiceSweep):
+        return len(value.list)
+    return sum(1 for _ in itertools.islice(override.sweep_string_iterator(), MAX_GRID_JOBS + 1))
+
+
 def expand_jobs(overrides: list[str]) -> list[list[str]]:
-    """The override lists of every job of a basic-sweeper grid (one job without sweeps)."""
+    """The override lists of every job of a basic-sweeper grid (one job without sweeps). A grid of more than
+    MAX_GRID_JOBS jobs is refused from the lengths of its sweeps, before any job is listed: a typo such as
+    `seed=range(0,100000000)` is one line at once, not minutes and gigabytes of override lists."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parsed = OverridesParser.create().parse_overrides(overrides)
+    sweeps = [o for o in parsed if o.is_sweep_override()]
+    size = math.prod(sweep_length(o) for o in sweeps)
+    if size > MAX_GRID_JOBS:
+        axes = " x ".join(f"{o.get_key_element()} ({sweep_length(o):,})" for o in sweeps)
+        raise ConfigError(f"a grid of {size:,} jobs ({axes}); at most {MAX_GRID_JOBS:,} are run from one command line "
+                          "(each is checked before the first starts): split it, e.g. by seed or algorithm")
     axes = []
     for o in parsed:
         key = o.get_key_element()
@@ -101,9 +122,6 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
             jobs = expand_jobs([a for a in overrides if not a.startswith(("hydra.", "hydra/"))])
         except OverrideParseException as exc:
             raise ConfigError(f"cannot parse the overrides: {exc}") from None
-    if len(jobs) > MAX_GRID_JOBS:
-        raise ConfigError(f"a grid of {len(jobs):,} jobs; at most {MAX_GRID_JOBS:,} are run from one command line "
-                          "(each is checked before the first starts): split it, e.g. by seed or algorithm")
     keys = top_level_keys()
     installed = installed_config_dirs()  # the installed packages' plugins (hydra_plugins/fedbench_plugins)
     choices = functools.cache(lambda group: group_choices(conf_dir, group, (*extra, *installed)))

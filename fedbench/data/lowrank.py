@@ -21,6 +21,8 @@ def recovery_metrics(truth: Tensor, rank_tol: float):
 
     def metrics(x: Tensor) -> dict[str, float]:
         X = x.detach().to("cpu", torch.float64).reshape(truth.shape)
+        if not bool(torch.isfinite(X).all()):  # a diverged run: its metrics say so (the SVD would raise)
+            return {"rec_err": float("nan"), "rank": float("nan")}
         sigma = torch.linalg.svdvals(X)
         return {"rec_err": float(torch.linalg.matrix_norm(X - truth)), "rank": float((sigma > rank_tol).sum())}
 

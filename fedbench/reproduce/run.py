@@ -14,7 +14,7 @@ import yaml
 from omegaconf import DictConfig
 
 from fedbench.config.compose import conf_dir, group_choices_of
-from fedbench.config.preflight import CheckedComposer
+from fedbench.config.preflight import MAX_GRID_JOBS, CheckedComposer
 from fedbench.core.errors import ConfigError, DataUnavailableError, DivergenceError, FedbenchError, report_error
 from fedbench.reproduce.entry import Arm, Claim, Reproduction, Scale, paper_count
 from fedbench.reproduce.compare import (COLLAPSE_RULE, MIN_SEEDS, RunResult, aggregate, comparison, display_frame,
@@ -45,16 +45,19 @@ def refuse_own_keys(extra: tuple[str, ...]) -> None:
 
 def parse_seeds(text: str) -> tuple[int, ...]:
     """'0-4' -> (0, 1, 2, 3, 4); '5' -> (5,); '0,3,7' -> (0, 3, 7); ranges and lists mix ('0-2,7')."""
-    seeds: list[int] = []
+    spans: list[range] = []
     try:
         for part in text.split(","):
             low, dash, high = part.strip().partition("-")
             first, last = int(low), int(high) if dash else int(low)
             if first < 0 or last < first:
                 raise ValueError
-            seeds += range(first, last + 1)
+            spans.append(range(first, last + 1))
     except ValueError:
         raise ConfigError(f"--seeds {text!r}: expected seeds >= 0 as a range, a list or both, e.g. 0-4, 5, 0,3,7 or 0-2,7") from None
+    if (count := sum(map(len, spans))) > MAX_GRID_JOBS:  # counted before listed: `0-100000000` is one line at once
+        raise ConfigError(f"--seeds {text!r}: {count:,} seeds; a reproduction runs at most {MAX_GRID_JOBS:,} jobs")
+    seeds = [seed for span in spans for seed in span]
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"--seeds {text!r}: a seed appears twice")
     return tuple(seeds)
@@ -173,6 +176,9 @@ def plan(rep: Reproduction, scale: Scale, stamp: str, extra: tuple[str, ...] = (
     (a long reproduction stopped midway goes on where it stopped). seeds: these instead of the scale's.
     Hydra composes once per distinct set of config files (CheckedComposer: the seeds and step sizes of a grid
     differ in values only)."""
+    if (count := len(scale.runs) * len(seeds or scale.seeds)) > MAX_GRID_JOBS:
+        raise ConfigError(f"{rep.name}: {len(scale.runs):,} arms x {len(seeds or scale.seeds):,} seeds = {count:,} jobs; "
+                          f"a reproduction runs at most {MAX_GRID_JOBS:,} (choose fewer with --seeds)")
     jobs = []
     fresh = [] if any(o.startswith("tracking.skip_finished=") for o in extra) else ["tracking.skip_finished=false"]
     composer = composer or CheckedComposer()

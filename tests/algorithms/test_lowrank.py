@@ -96,3 +96,67 @@ def test_scaffold_prox_does_not_recover_the_exact_rank(rank):
     err, r = final(f"dataset.rank={rank}", "experiment=losac/lowrank_scaffold", "algorithm.shape=[16,16]")
     assert r > rank
     assert err < 2 * final(f"dataset.rank={rank}")[0]
+
+
+def test_the_nuclear_prox_of_a_non_finite_matrix_is_nan_and_leaves_the_others_as_they_were():
+    """LAPACK's batched SVD raises for the whole batch on one non-finite matrix: one diverged client ended every
+    lane of its group (losac/fig7 full, rank 32: 9 runs lost to one). Now that matrix alone comes out NaN."""
+    from fedbench.algorithms.prox import Regularizer, singular_value_threshold
+
+    g = torch.Generator().manual_seed(0)
+    v = torch.randn(3, 4, 16, generator=g, dtype=torch.float64)
+    clean = singular_value_threshold(v, 0.3, (4, 4))
+    bad = v.clone()
+    bad[1, 2, 5] = float("nan")
+    bad[2, 0, 0] = float("inf")
+    out = singular_value_threshold(bad, 0.3, (4, 4))
+    broken = torch.zeros(3, 4, dtype=torch.bool)
+    broken[1, 2] = broken[2, 0] = True
+    assert out[broken].isnan().all() and torch.equal(out[~broken], clean[~broken])
+    reg = Regularizer("nuclear", 0.5, (4, 4))
+    values = reg.value(bad)
+    assert values[broken].isnan().all() and torch.equal(values[~broken], reg.value(v)[~broken])
+
+
+def test_a_matrix_lapack_cannot_decompose_is_nan_and_leaves_the_others_as_they_were(monkeypatch):
+    """Finite but beyond LAPACK (seen as 'ill-conditioned ... error code 15' on a lane about to diverge): the batch
+    is decomposed matrix by matrix, and only the one LAPACK refuses comes out NaN."""
+    from fedbench.algorithms.prox import singular_value_threshold
+
+    real = torch.linalg.svd
+    SENTINEL = 12345.0  # a finite value that this stand-in for LAPACK refuses to decompose
+
+    def svd(X, full_matrices=True):
+        if bool((X == SENTINEL).any()):
+            raise torch.linalg.LinAlgError("linalg.svd: The algorithm failed to converge (error code: 15)")
+        return real(X, full_matrices=full_matrices)
+
+    v = torch.randn(2, 3, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    clean = singular_value_threshold(v, 0.3, (4, 4))
+    monkeypatch.setattr(torch.linalg, "svd", svd)
+    v[1, 1, 7] = SENTINEL
+    out = singular_value_threshold(v, 0.3, (4, 4))
+    broken = torch.zeros(2, 3, dtype=torch.bool)
+    broken[1, 1] = True
+    assert out[broken].isnan().all() and torch.equal(out[~broken], clean[~broken])
+
+
+def test_a_diverging_lane_of_a_nuclear_prox_group_fails_alone(tmp_path, monkeypatch):
+    """Two step sizes of LoSAC-Prox as lanes of one program: the one that diverges fails with a DivergenceError,
+    the other ends as it ends when run alone."""
+    from fedbench.config.preflight import checked_compose
+    from fedbench.core.errors import DivergenceError
+    from fedbench.runs.api import run_batched
+
+    monkeypatch.chdir(tmp_path)
+    jobs = []
+    for lr in ("0.01", "1e6"):
+        overrides = [*SMALL, "dataset.rank=4", f"eta_l={lr}", "rounds=20", f"tracking.uri=sqlite:///{tmp_path / 'm.db'}",
+                     "tracking.artifacts=false", "engine.threads=1"]
+        jobs.append((checked_compose(overrides), overrides, tmp_path / lr, f"eta_l={lr}"))
+    good, bad = run_batched(jobs)
+    assert isinstance(bad, DivergenceError), bad
+    cfg, overrides, _, label = jobs[0]
+    alone = run_batched([(cfg, overrides, tmp_path / "alone", label)])[0]
+    ends = [float(r.history["rec_err"].dropna().iloc[-1]) for r in (good, alone)]
+    assert ends[0] == ends[1] < 1.0 and len(good.history) == len(alone.history) == 20
