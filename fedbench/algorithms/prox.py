@@ -21,30 +21,47 @@ def soft_threshold(v: Tensor, threshold: float | Tensor) -> Tensor:
 
 
 def svd_or_nan(X: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """torch.linalg.svd(X, full_matrices=False) of a batch [..., m, n], where a matrix that is not finite, or
-    that LAPACK cannot decompose (finite but ill-conditioned: a run on its way to diverge), comes out NaN.
-    LAPACK raises for the whole batch on one such matrix: one diverged client (or lane) would end every run
-    of its group, where the engine's divergence check fails that run alone. A batch without one is
-    decomposed as always, in one call."""
+    """torch.linalg.svd(X, full_matrices=False) of a batch [..., m, n] that never fails the whole batch for one
+    matrix. LAPACK raises for the batch on one matrix that is not finite or that it cannot decompose, and its
+    divide-and-conquer SVD (gesdd) can return NaN for a finite one: one client of one lane would end every run
+    of its group (losac/fig7 full, rank 32: 9 runs ended by one client's SVD), where the engine's divergence
+    check fails a diverging run alone. A matrix that is not finite comes out NaN; one that LAPACK refuses or
+    returns non-finite is decomposed again as its transpose (X^T = V S U^T), and NaN if that fails too. A batch
+    without such a matrix is decomposed as always, in one call."""
     finite = torch.isfinite(X).flatten(-2).all(-1)
     if not bool(finite.all()):
         X = torch.where(finite[..., None, None], X, 0.0)
     try:
         U, S, Vh = torch.linalg.svd(X, full_matrices=False)
-    except torch.linalg.LinAlgError:  # rare: each matrix alone, to find the one LAPACK cannot take
-        parts, shape = [], X.shape[:-2]
-        for k, M in enumerate(X.reshape(-1, *X.shape[-2:])):
-            try:
-                parts.append(torch.linalg.svd(M, full_matrices=False))
-            except torch.linalg.LinAlgError:
-                finite.view(-1)[k] = False
-                r = min(M.shape)
-                parts.append((M.new_zeros(M.shape[0], r), M.new_zeros(r), M.new_zeros(r, M.shape[1])))
-        U, S, Vh = (torch.stack(part).reshape(*shape, *part[0].shape) for part in zip(*parts))
+    except torch.linalg.LinAlgError:
+        U, S, Vh = _matrix_by_matrix(X)
+    failed = finite & ~(_finite(U) & _finite(S[..., None]) & _finite(Vh))
+    if bool(failed.any()):
+        U, S, Vh = U.clone(), S.clone(), Vh.clone()
+        Vt, St, Ut = _matrix_by_matrix(X[failed].mT)
+        U[failed], S[failed], Vh[failed] = Ut.mT, St, Vt.mT
+        finite = finite & _finite(U) & _finite(S[..., None]) & _finite(Vh)
     if not bool(finite.all()):
         U, S, Vh = (torch.where(finite.reshape(*finite.shape, *(1,) * (a.dim() - finite.dim())), a, torch.nan)
                     for a in (U, S, Vh))
     return U, S, Vh
+
+
+def _finite(A: Tensor) -> Tensor:
+    return torch.isfinite(A).flatten(-2).all(-1)
+
+
+def _matrix_by_matrix(X: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """svd of each matrix alone (the rare path): NaN for one that LAPACK refuses."""
+    parts = []
+    for M in X.reshape(-1, *X.shape[-2:]):
+        try:
+            parts.append(torch.linalg.svd(M, full_matrices=False))
+        except torch.linalg.LinAlgError:
+            r = min(M.shape)
+            parts.append((M.new_full((M.shape[0], r), torch.nan), M.new_full((r,), torch.nan),
+                          M.new_full((r, M.shape[1]), torch.nan)))
+    return tuple(torch.stack(part).reshape(*X.shape[:-2], *part[0].shape) for part in zip(*parts))
 
 
 def singular_value_threshold(v: Tensor, threshold: float | Tensor, shape: tuple[int, int]) -> Tensor:

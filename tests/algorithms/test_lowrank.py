@@ -160,3 +160,28 @@ def test_a_diverging_lane_of_a_nuclear_prox_group_fails_alone(tmp_path, monkeypa
     alone = run_batched([(cfg, overrides, tmp_path / "alone", label)])[0]
     ends = [float(r.history["rec_err"].dropna().iloc[-1]) for r in (good, alone)]
     assert ends[0] == ends[1] < 1.0 and len(good.history) == len(alone.history) == 20
+
+
+@pytest.mark.parametrize("lead", [(2, 3), ()])
+def test_a_finite_matrix_whose_svd_lapack_returns_nan_is_decomposed_again_as_its_transpose(monkeypatch, lead):
+    """gesdd can return NaN for a finite matrix: that matrix is decomposed again as its transpose, the prox is the
+    same to rounding, and no NaN reaches the run; the other matrices are untouched."""
+    from fedbench.algorithms.prox import singular_value_threshold
+
+    real = torch.linalg.svd
+    SENTINEL = 12345.0
+
+    def svd(X, full_matrices=True):  # NaN for a matrix whose top right entry is the sentinel, as gesdd can give
+        U, S, Vh = real(X, full_matrices=full_matrices)
+        bad = X[..., 0, -1] == SENTINEL
+        return (torch.where(bad[..., None, None], torch.nan, U), torch.where(bad[..., None], torch.nan, S),
+                torch.where(bad[..., None, None], torch.nan, Vh))
+
+    v = torch.randn(*lead, 20, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    v.view(-1, 20)[-1, 4] = SENTINEL  # entry (0, 4) of the last 4 x 5 matrix
+    clean = singular_value_threshold(v, 0.3, (4, 5))
+    monkeypatch.setattr(torch.linalg, "svd", svd)
+    out = singular_value_threshold(v, 0.3, (4, 5))
+    assert torch.isfinite(out).all()
+    assert torch.allclose(out, clean, rtol=1e-12, atol=1e-9)
+    assert torch.equal(out.view(-1, 20)[:-1], clean.view(-1, 20)[:-1])
