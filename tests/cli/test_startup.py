@@ -115,15 +115,26 @@ def test_ctrl_c_during_the_tests_prints_the_summary_and_stops_the_sessions_proce
 
     from tests.faultkit import env
 
+    def as_from_a_shell():
+        """Ctrl-C at its default and not blocked in the child, whatever this test worker's own disposition is (an
+        ignored or blocked SIGINT is inherited across exec, and Python then never raises KeyboardInterrupt)."""
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+    inherited = (signal.getsignal(signal.SIGINT), signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
     (tmp_path / "test_interrupted.py").write_text(INTERRUPTED_SUITE)
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "test_interrupted.py"],
-                            cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=as_from_a_shell)
     try:
         for line in proc.stdout:
             if "READY" in line:
                 break
         proc.send_signal(signal.SIGINT)
-        rest = proc.communicate(timeout=60)[0]
+        try:
+            rest = proc.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"pytest did not stop within 60 s of Ctrl-C (this worker's SIGINT handler and blocked: {inherited})")
     finally:
         if proc.poll() is None:
             proc.kill()
