@@ -25,30 +25,26 @@ def svd_or_nan(X: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     matrix. LAPACK raises for the batch on one matrix that is not finite or that it cannot decompose, and its
     divide-and-conquer SVD (gesdd) can return NaN for a finite one: one client of one lane would end every run
     of its group (losac/fig7 full, rank 32: 9 runs ended by one client's SVD), where the engine's divergence
-    check fails a diverging run alone. A matrix that is not finite comes out NaN; one that LAPACK refuses or
-    returns non-finite is decomposed again as its transpose (X^T = V S U^T), and NaN if that fails too. A batch
-    without such a matrix is decomposed as always, in one call."""
-    finite = torch.isfinite(X).flatten(-2).all(-1)
-    if not bool(finite.all()):
-        X = torch.where(finite[..., None, None], X, 0.0)
+    check fails a diverging run alone. A batch LAPACK refuses is decomposed matrix by matrix; a matrix whose
+    factors are not finite is decomposed again as its transpose (X^T = V S U^T), and comes out NaN if that fails
+    too (a matrix that is not finite always does). The usual batch costs one call and one finiteness check."""
     try:
         U, S, Vh = torch.linalg.svd(X, full_matrices=False)
     except torch.linalg.LinAlgError:
         U, S, Vh = _matrix_by_matrix(X)
-    failed = finite & ~(_finite(U) & _finite(S[..., None]) & _finite(Vh))
+    failed = ~_factors_finite(U, S, Vh)
     if bool(failed.any()):
         U, S, Vh = U.clone(), S.clone(), Vh.clone()
         Vt, St, Ut = _matrix_by_matrix(X[failed].mT)
         U[failed], S[failed], Vh[failed] = Ut.mT, St, Vt.mT
-        finite = finite & _finite(U) & _finite(S[..., None]) & _finite(Vh)
-    if not bool(finite.all()):
-        U, S, Vh = (torch.where(finite.reshape(*finite.shape, *(1,) * (a.dim() - finite.dim())), a, torch.nan)
-                    for a in (U, S, Vh))
+        bad = ~_factors_finite(U, S, Vh)
+        U[bad], S[bad], Vh[bad] = torch.nan, torch.nan, torch.nan
     return U, S, Vh
 
 
-def _finite(A: Tensor) -> Tensor:
-    return torch.isfinite(A).flatten(-2).all(-1)
+def _factors_finite(U: Tensor, S: Tensor, Vh: Tensor) -> Tensor:
+    """Per matrix of the batch: whether all three of its factors are finite."""
+    return torch.isfinite(U).flatten(-2).all(-1) & torch.isfinite(S).all(-1) & torch.isfinite(Vh).flatten(-2).all(-1)
 
 
 def _matrix_by_matrix(X: Tensor) -> tuple[Tensor, Tensor, Tensor]:

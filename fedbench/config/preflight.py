@@ -66,10 +66,9 @@ def expand_jobs(overrides: list[str]) -> list[list[str]]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parsed = OverridesParser.create().parse_overrides(overrides)
-    sweeps = [o for o in parsed if o.is_sweep_override()]
-    size = math.prod(sweep_length(o) for o in sweeps)
-    if size > MAX_GRID_JOBS:
-        axes = " x ".join(f"{o.get_key_element()} ({sweep_length(o):,})" for o in sweeps)
+    lengths = [(o.get_key_element(), sweep_length(o)) for o in parsed if o.is_sweep_override()]
+    if (size := math.prod(length for _, length in lengths)) > MAX_GRID_JOBS:
+        axes = " x ".join(f"{key} ({length:,})" for key, length in lengths)
         raise ConfigError(f"a grid of {size:,} jobs ({axes}); at most {MAX_GRID_JOBS:,} are run from one command line "
                           "(each is checked before the first starts): split it, e.g. by seed or algorithm")
     axes = []
