@@ -402,6 +402,17 @@ def make_issue32_fixtures(tmp: Path) -> None:
     layout, other types, other shapes (each refused at load, before training)."""
     import shutil
 
+    (tmp / "conf_dir_bad_yaml" / "algorithm").mkdir(parents=True)
+    (tmp / "conf_dir_bad_yaml" / "algorithm" / "mine.yaml").write_text("name: fedavg\n  oops: [1,\n")
+    shutil.copytree(CONF, tmp / "conf_bad_yaml")
+    with open(tmp / "conf_bad_yaml" / "config.yaml", "a") as f:
+        f.write("rounds: [\n")
+    for kind in ("empty", "not_a_dict", "old_layout", "wrong_types", "wrong_shapes"):
+        bad_checkpoint(tmp / f"run_checkpoint_{kind}", kind)
+
+
+def bad_checkpoint(run_dir: Path, kind: str) -> Path:
+    """A run folder of RESUMED whose checkpoint.pt is damaged as `kind` says; returns the folder."""
     import torch
     from omegaconf import OmegaConf
 
@@ -411,32 +422,26 @@ def make_issue32_fixtures(tmp: Path) -> None:
     from fedbench.runs.single import config_hash
     from tests.conftest import make_cfg
 
-    (tmp / "conf_dir_bad_yaml" / "algorithm").mkdir(parents=True)
-    (tmp / "conf_dir_bad_yaml" / "algorithm" / "mine.yaml").write_text("name: fedavg\n  oops: [1,\n")
-    shutil.copytree(CONF, tmp / "conf_bad_yaml")
-    with open(tmp / "conf_bad_yaml" / "config.yaml", "a") as f:
-        f.write("rounds: [\n")
     cfg = make_cfg(*RESUMED)
     fed, _ = build_federation(cfg)
-    for kind in ("empty", "not_a_dict", "old_layout", "wrong_types", "wrong_shapes"):
-        run_dir = tmp / f"run_checkpoint_{kind}"
-        (run_dir / ".hydra").mkdir(parents=True)
-        OmegaConf.save(OmegaConf.create(RESUMED), run_dir / ".hydra" / "overrides.yaml")
-        ckpt = run_dir / "checkpoint.pt"
-        save_checkpoint(ckpt, initial_state(fed), None, config_hash(cfg))
-        payload = torch.load(ckpt, weights_only=True)
-        if kind == "empty":
-            ckpt.write_bytes(b"")
-            continue
-        if kind == "not_a_dict":
-            payload = [1, 2]
-        elif kind == "old_layout":
-            del payload["tables"], payload["history"]
-        elif kind == "wrong_types":
-            payload["round"] = "3"
-        else:
-            payload["server"] = {"x": torch.zeros(3)}
-        torch.save(payload, ckpt)
+    (run_dir / ".hydra").mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create(RESUMED), run_dir / ".hydra" / "overrides.yaml")
+    ckpt = run_dir / "checkpoint.pt"
+    save_checkpoint(ckpt, initial_state(fed), None, config_hash(cfg))
+    payload = torch.load(ckpt, weights_only=True)
+    if kind == "empty":
+        ckpt.write_bytes(b"")
+        return run_dir
+    if kind == "not_a_dict":
+        payload = [1, 2]
+    elif kind == "old_layout":
+        del payload["tables"], payload["history"]
+    elif kind == "wrong_types":
+        payload["round"] = "3"
+    else:
+        payload["server"] = {"x": torch.zeros(3)}
+    torch.save(payload, ckpt)
+    return run_dir
 
 
 def diagnose_command(line: str, tmp: Path) -> str:

@@ -51,6 +51,18 @@ def test_a_second_signal_stops_at_once(monkeypatch):
     assert signal.getsignal(signal.SIGTERM) != stop._handler
 
 
+def test_a_signal_an_earlier_job_took_does_not_name_a_later_jobs_error(tmp_path, monkeypatch):
+    """One process, two commands (a notebook, a test worker): the first was interrupted, the second fails on its own
+    (a checkpoint of another layout); its error is its own, not "interrupted (SIGTERM)" (CI's failure at 1f413ed)."""
+    from fedbench.runs import interrupts
+    from tests.bad_inputs import bad_checkpoint, diagnose_command
+
+    monkeypatch.setattr(interrupts, "RECEIVED", [signal.SIGTERM])  # what the earlier, interrupted command left
+    bad_checkpoint(tmp_path / "run", "old_layout")
+    message = diagnose_command("resume {tmp}/run", tmp_path)
+    assert "checkpoint.pt does not match this run (missing history, tables)" in message, message
+
+
 @pytest.mark.slow
 def test_sigterm_checkpoints_marks_killed_and_resumes(tmp_path):
     db, run_dir, ckpt = tmp_path / "m.db", tmp_path / "run", tmp_path / "run" / "checkpoint.pt"

@@ -164,10 +164,12 @@ def test_sigterm_to_the_batched_launcher_on_ray_checkpoints_every_group(cluster,
     assert not (sweep / ".fedbench-stop").exists()
 
 
-def test_a_ray_task_takes_each_signal_written_in_the_stop_file(tmp_path):
+def test_a_ray_task_takes_each_signal_written_in_the_stop_file(tmp_path, monkeypatch):
     """runs.interrupts.StopWatch: the parent's first signal, written in the stop file, runs the task's handler for
     it (GracefulInterrupt's: checkpoint after the round), the second one too; the task's own handlers come back."""
     from fedbench.runs import interrupts
+
+    monkeypatch.setattr(interrupts, "RECEIVED", [])  # the signal it takes is this test's alone
 
     stop_file = tmp_path / ".fedbench-stop"
     before = signal.getsignal(signal.SIGTERM)
