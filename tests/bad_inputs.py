@@ -275,6 +275,15 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("reproduce losac/fig6 --seeds 0-100000000", "--seeds '0-100000000': 100,000,001 seeds; a reproduction runs at most 100,000 jobs"),
     ("reproduce composite/fig2 --scale full --seeds 0-9999", "composite/fig2: 88 arms x 10,000 seeds = 880,000 jobs; a reproduction runs at most 100,000"),
     ("reproduce list --record", "--record records a reproduction's outcome: give an entry (fedbench reproduce list) or `all`"),
+    # a command's output files (reports, figures, a reproduction's summary) in a shared folder: never through a link
+    ("report --format html", "--output outputs/report.html is a symlink (to <tmp>/outside.txt), where fedbench writes "
+     "its output; fedbench neither follows nor replaces it"),
+    ("report --output {tmp}/shared/table.md", "--output <tmp>/shared/table.md is a FIFO, where fedbench writes its output"),
+    ("plot --uri sqlite:///{tmp}/store.db --output {tmp}/shared/curves", "--output <tmp>/shared/curves.pdf is a symlink "
+     "(to <tmp>/outside.txt)"),
+    ("data show --out {tmp}/shared/split.png", "--out <tmp>/shared/split.png is a file with 2 hard links"),
+    ("reproduce fedsso/table2 --seeds 0", "outputs/reproduce/fedsso/table2/ci/page.html is a symlink (to <tmp>/outside.txt), "
+     "where fedbench writes its output; fedbench neither follows nor replaces it: remove it"),
 ]
 
 
@@ -314,6 +323,25 @@ def make_fixtures(tmp: Path) -> None:
     make_issue32_fixtures(tmp)
     make_issue42_fixtures(tmp)
     make_issue42_folder_fixtures(tmp)
+    make_output_fixtures(tmp)
+
+
+def make_output_fixtures(tmp: Path) -> None:
+    """Where commands write their output (the current folder's outputs/, a folder given as --output): a link to a
+    file outside, a FIFO, a hard-linked file."""
+    outside = tmp / "outside.txt"
+    outside.touch()
+    shared = tmp / "shared"
+    shared.mkdir()
+    (tmp / "outputs").mkdir(exist_ok=True)
+    (tmp / "outputs" / "report.html").symlink_to(outside)
+    os.mkfifo(shared / "table.md")
+    (shared / "curves.pdf").symlink_to(outside)
+    (shared / "elsewhere.png").touch()
+    os.link(shared / "elsewhere.png", shared / "split.png")
+    entry = tmp / "outputs" / "reproduce" / "fedsso" / "table2" / "ci"
+    entry.mkdir(parents=True)
+    (entry / "page.html").symlink_to(outside)
 
 
 def make_issue42_fixtures(tmp: Path) -> None:

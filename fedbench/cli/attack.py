@@ -74,7 +74,9 @@ def dlg(
         typer.echo(f"{name:<12} e_0 = {errors[0]:.4f}   e_{iterations} = {errors[-1]:.4f}   ({errors[-1] / errors[0] - 1:+.1%})")
     frame = pd.DataFrame(curves)
     frame.index.name = "iteration"
-    frame.to_csv(folder / "dlg_curves.csv")
+    from fedbench.core.output_files import write_output
+
+    write_output(folder / "dlg_curves.csv", frame.to_csv())
     _plot(frame, folder / "dlg_curves.png")
     typer.echo(f"curves: {folder / 'dlg_curves.csv'}, {folder / 'dlg_curves.png'}", err=True)
 
@@ -92,8 +94,12 @@ def _plot(frame, path: Path) -> None:
     ax.set_ylabel(r"$\|\hat D_1 - D_1\|_F$")
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    from fedbench.core.output_files import save_figure_file
+
+    try:
+        save_figure_file(fig, path, dpi=110, bbox_inches="tight")
+    finally:
+        plt.close(fig)
 
 
 if __name__ == "__main__":  # pragma: no cover

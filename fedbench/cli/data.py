@@ -73,8 +73,12 @@ def save_stacked_bars(counts, path: Path, title: str, class_names: list[str] | N
     ax.set_ylabel("samples")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, ncol=1 if c <= 10 else 2, bbox_to_anchor=(1.01, 1), loc="upper left")
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    from fedbench.core.output_files import save_figure_file
+
+    try:
+        save_figure_file(fig, path, "--out", dpi=120, bbox_inches="tight")
+    finally:
+        plt.close(fig)
 
 
 def save_heatmap(counts, path: Path, title: str, class_names: list[str] | None = None) -> None:
@@ -95,9 +99,12 @@ def save_heatmap(counts, path: Path, title: str, class_names: list[str] | None =
     ax.set_ylabel("client")
     ax.set_title(title, fontsize=9)
     fig.colorbar(im, ax=ax, label="samples")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    from fedbench.core.output_files import save_figure_file
+
+    try:
+        save_figure_file(fig, path, "--out", dpi=120, bbox_inches="tight")
+    finally:
+        plt.close(fig)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -116,7 +123,8 @@ def show(
 
     from fedbench.config.validate import partition_of
     from fedbench.data import fingerprint
-    from fedbench.core.errors import check, check_output_file
+    from fedbench.core.errors import check
+    from fedbench.core.output_files import check_output_file
 
     check(rows >= 0, f"--rows must be >= 0 (0 lists every client), got {rows}")
     if style not in STYLES:

@@ -32,13 +32,15 @@ def plot(
 ) -> None:
     """A figure of one metric over rounds (or floats uploaded): one line per method and setting,
     the mean over seeds with a ± std band, PNG and PDF."""
-    from fedbench.core.errors import check_output_file, unknown_choice
+    from fedbench.core.errors import unknown_choice
+    from fedbench.core.output_files import check_output_file
     from fedbench.tracking.plots import X_AXES, save_figure
     from fedbench.tracking.report import comparison_plot
 
     if x not in X_AXES:
         raise unknown_choice("--x", x, X_AXES)
-    check_output_file(output.with_suffix(".png"), "--output", create_folders=True)
+    for suffix in (".png", ".pdf"):
+        check_output_file(output.with_suffix(suffix), "--output", create_folders=True)
     fig, count = comparison_plot(experiment, metric, x, setting, title, filter_string, uri)
     paths = save_figure(fig, output)
     typer.echo(f"wrote {', '.join(map(str, paths))} ({count} runs)", err=True)

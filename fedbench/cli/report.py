@@ -47,7 +47,7 @@ def report(
     uri: Annotated[str | None, typer.Option(help="Tracking URI (default: the local store, or MLFLOW_TRACKING_URI).")] = None,
 ) -> None:
     """Tables from MLflow runs: method x setting, accuracy, rounds to target, mean ± std over seeds."""
-    from fedbench.core.errors import check_output_file
+    from fedbench.core.output_files import check_output_file, write_output
     from fedbench.tracking import report as tables
 
     if fmt is Format.html and output is None:
@@ -71,10 +71,9 @@ def report(
     if output is None:
         typer.echo(text, nl=False)
     else:
-        output.parent.mkdir(parents=True, exist_ok=True)
         from fedbench.core.secrets import redact
 
-        output.write_text(redact(text))
+        write_output(output, redact(text), "--output")
         typer.echo(f"wrote {output} ({len(table)} rows from {len(frame)} runs)", err=True)
 
 

@@ -59,26 +59,6 @@ def check(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def check_output_file(path, option: str, create_folders: bool = False) -> None:
-    """Fail before any work when `path` (a file a command will write) cannot be written. Without
-    `create_folders` its folder must exist (a mistyped path is more likely than a wanted new tree); with
-    it, the folders a command creates when it writes (`--output figs/loss`) must be creatable: the
-    nearest existing one is a writable folder."""
-    import os
-    from pathlib import Path
-
-    folder = Path(path).absolute().parent
-    if not create_folders and not folder.is_dir():
-        raise ConfigError(f"{option} {path}: the folder {folder} does not exist; create it or choose another path")
-    existing = next(p for p in (folder, *folder.parents) if p.exists())
-    if not existing.is_dir():
-        raise ConfigError(f"{option} {path}: {existing} is a file, not a folder; choose another path")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"{option} {path}: the folder {existing} is not writable; choose another path")
-    if Path(path).is_dir():
-        raise ConfigError(f"{option} {path} is a folder; give a file name")
-
-
 def report_error(exc: FedbenchError) -> None:
     """A user's error as one line on stderr (with the traceback too under FEDBENCH_DEBUG=1)."""
     import os

@@ -52,10 +52,12 @@ def plot_figure(runs: list[RunResult], rows: tuple[str, ...], path: Path, title:
     fig = draw_figure(runs, rows, title, log_rows, marks)
     if fig is None:
         return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    from fedbench.core.output_files import save_figure_file
+
+    try:
+        return save_figure_file(fig, path, dpi=110, bbox_inches="tight")
+    finally:
+        plt.close(fig)
 
 
 def draw_figure(runs: list[RunResult], rows: tuple[str, ...], title: str = "", log_rows: tuple[str, ...] = (),

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from fedbench.config.compose import conf_dir, group_choices_of
 from fedbench.config.preflight import MAX_GRID_JOBS, CheckedComposer
 from fedbench.core.errors import ConfigError, DataUnavailableError, DivergenceError, FedbenchError, report_error
+from fedbench.core.output_files import write_output
 from fedbench.reproduce.entry import Arm, Claim, Reproduction, Scale, paper_count
 from fedbench.reproduce.compare import (COLLAPSE_RULE, MIN_SEEDS, RunResult, aggregate, comparison, display_frame,
                                         over_seeds, seeds_needed, tie_break, to_csv_frame, to_markdown, tuning_markdown,
@@ -434,23 +435,34 @@ def figure_marks(rep: Reproduction, jobs: list[Job]) -> Marks:
     return Marks("attack iteration" if rep.runner == "dlg" else "round", tuple(dict.fromkeys(targets)), switches)
 
 
+SAVED = ("comparison.md", "comparison.csv", "figure.png", "page.html")  # what save() writes in the entry's folder
+
+
+def check_saved(out: Path) -> None:
+    """Before any training: each file save() will write in `out` is one it may replace (core.output_files)."""
+    from fedbench.core.output_files import check_destination
+
+    for name in SAVED:
+        check_destination(out / name)
+
+
 def save(rep: Reproduction, scale_name: str, runs, table, claims, out: Path, stamp: str, uri: str,
          seconds: float | None = None, tuning: pd.DataFrame | None = None, marks: Marks = Marks(),
          hashes: pd.DataFrame | None = None, where: str | None = None, seed_note: str = "") -> tuple[str, list[Path], Section]:
     out.mkdir(parents=True, exist_ok=True)
     markdown = report(rep, scale_name, table, claims, seconds, tuning, where, seed_note)
-    files = [out / "comparison.md", out / "comparison.csv"]
-    files[0].write_text(markdown + "\n")
-    to_csv_frame(table, tuning).to_csv(files[1], index=False)
+    files = [out / SAVED[0], out / SAVED[1]]
+    write_output(files[0], markdown + "\n")
+    write_output(files[1], to_csv_frame(table, tuning).to_csv(index=False))
     if tuning is not None and not tuning.empty:  # the figure draws each tuned method's winner
         chosen = set(zip(*(tuning.loc[tuning["chosen"], k] for k in ("method", "group", "setting"))))
         runs = [r for r in runs if not r.setting or (r.method, r.group, r.setting) in chosen]
-    figure = plot_figure(runs, rep.plot, out / "figure.png", f"{rep.name} (scale {scale_name})", rep.plot_log,
+    figure = plot_figure(runs, rep.plot, out / SAVED[2], f"{rep.name} (scale {scale_name})", rep.plot_log,
                          marks)
     if figure is not None:
         files.append(figure)
     section = outcome_section(rep, scale_name, table, claims, seconds, tuning, figure, hashes, where, seed_note)
-    files.append(write_page(out / "page.html", f"fedbench reproduce {rep.name} --scale {scale_name}", [section],
+    files.append(write_page(out / SAVED[3], f"fedbench reproduce {rep.name} --scale {scale_name}", [section],
                             provenance_rows=provenance({"MLflow store": uri, "MLflow runs": f"named {stamp}-*"})))
     log_comparison(rep, scale_name, files, claims, stamp, uri)
     return markdown, files, section
@@ -510,8 +522,9 @@ def reproduce(rep: Reproduction, scale_name: str = "ci", extra: tuple[str, ...] 
     composer = CheckedComposer()
     grid = plan(rep, scale, stamp, extra, composer=composer)
     check_data(grid)
-    started = time.perf_counter()
     out = outputs / rep.name
+    check_saved(out / scale_name)
+    started = time.perf_counter()
     runs, failures = run_grid(rep, scale, grid, out / "runs" / stamp, jobs)
     if not runs:
         raise FedbenchError(f"{rep.name}: no run finished ({'; '.join(failures)})")
@@ -581,6 +594,10 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
     refuse_own_keys(extra)
     if record:
         recorded.docs_path()  # a checkout to record into, checked before hours of training
+    from fedbench.core.output_files import check_destination
+
+    for suffix in (".md", ".html"):  # the summary and its page (each entry's files: check_saved, as it starts)
+        check_destination(outputs / f"all-{scale_name}{suffix}")
     results: dict[str, Outcome | str] = {}
     seconds: dict[str, float] = {}
     runnable = []
@@ -625,7 +642,7 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
     lines += [""] + [result.markdown + "\n" for result in results.values() if not isinstance(result, str)]
     outputs.mkdir(parents=True, exist_ok=True)
     summary = outputs / f"all-{scale_name}.md"
-    summary.write_text("\n".join(lines))
+    write_output(summary, "\n".join(lines))
     command = recorded_command("all", scale_name, extra, record, jobs, seeds)
     page = all_page(outputs / f"all-{scale_name}.html", scale_name, results, command)
     echo(f"results page: {page}")

@@ -76,10 +76,10 @@ def write_page(path: Path, title: str, sections: list[Section | str], settings: 
                provenance_rows: dict[str, str] | None = None) -> Path:
     from fedbench.core.secrets import redact
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from fedbench.core.output_files import write_output
+
     rows = {k: redact(str(v)) for k, v in (provenance_rows or provenance()).items()}  # the command line may hold one
-    path.write_text(redact(render(title, sections, settings, rows)), encoding="utf-8")
-    return path
+    return write_output(path, redact(render(title, sections, settings, rows)))
 
 
 def shared_settings(frame: pd.DataFrame) -> dict[str, str]:

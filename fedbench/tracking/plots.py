@@ -146,12 +146,12 @@ def save_figure(fig, stem: Path, suffixes: tuple[str, ...] = (".png", ".pdf")) -
     bbox_inches="tight" keeps every artist (the legend below the axes) inside the file."""
     import matplotlib.pyplot as plt
 
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [stem.with_suffix(s) for s in suffixes]
-    for path in paths:
-        fig.savefig(path, dpi=150, bbox_inches="tight")
-    plt.close(fig)
-    return paths
+    from fedbench.core.output_files import save_figure_file
+
+    try:
+        return [save_figure_file(fig, stem.with_suffix(s), "--output", dpi=150, bbox_inches="tight") for s in suffixes]
+    finally:
+        plt.close(fig)
 
 
 def figure_png(fig, dpi: int = 110) -> bytes:

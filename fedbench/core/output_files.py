@@ -1,0 +1,90 @@
+"""The files a command writes as its output (a report, a figure, a table, a reproduction's summary), often in a
+folder other people share (outputs/): each is checked before any work and written whole or not at all. What
+stands at the path must be absent or a regular file of this user's with one link; a symlink, FIFO, folder or
+hard-linked file there is refused in one line (the run folder's rule, core.ownership), never followed or
+replaced. The write goes to a temporary file beside it, renamed over the path: a link planted meanwhile is
+replaced, not followed, and an interrupted write leaves the old file (or none), never half a new one."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from fedbench.core.errors import ConfigError
+from fedbench.core.ownership import describe_entry
+
+
+def not_writable_here(path: Path, option: str | None, what: str) -> ConfigError:
+    named = f"{option} {path}" if option else str(path)
+    fix = f"remove it or choose another path ({option})" if option else "remove it"
+    return ConfigError(f"{named} is {what}, where fedbench writes its output; fedbench neither follows nor replaces "
+                       f"it: {fix}")
+
+
+def check_destination(path: Path, option: str | None = None) -> None:
+    """Refuse (ConfigError) a path where something other than a regular file of this user's stands."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    what = describe_entry(st, Path(path))
+    if what is not None:
+        raise not_writable_here(Path(path), option, what)
+
+
+def check_output_file(path, option: str, create_folders: bool = False) -> None:
+    """Fail before any work when `path` (a file a command will write) cannot be written. Without
+    `create_folders` its folder must exist (a mistyped path is more likely than a wanted new tree); with
+    it, the folders a command creates when it writes (`--output figs/loss`) must be creatable: the
+    nearest existing one is a writable folder. What stands at the path must be a file it may replace."""
+    folder = Path(path).absolute().parent
+    if not create_folders and not folder.is_dir():
+        raise ConfigError(f"{option} {path}: the folder {folder} does not exist; create it or choose another path")
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"{option} {path}: {existing} is a file, not a folder; choose another path")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {path}: the folder {existing} is not writable; choose another path")
+    if Path(path).is_dir() and not Path(path).is_symlink():
+        raise ConfigError(f"{option} {path} is a folder; give a file name")
+    check_destination(Path(path), option)
+
+
+def write_output(path: Path, data: str | bytes, option: str | None = None, encoding: str = "utf-8") -> Path:
+    """Write `data` at `path` (its folders created) as a new regular file renamed over whatever regular file of
+    ours stood there; anything else at the path is refused (check_destination)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    check_destination(path, option)
+    payload = data.encode(encoding) if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+        os.chmod(tmp, 0o666 & ~_umask())  # as a plain open() would have made it, not mkstemp's 0600
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def save_figure_file(fig, path: Path, option: str | None = None, **savefig) -> Path:
+    """A matplotlib figure written as write_output writes (the format from the suffix)."""
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=Path(path).suffix.lstrip(".") or "png", **savefig)
+    return write_output(path, buffer.getvalue(), option)
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it (os.umask would change it for every thread meanwhile)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
