@@ -282,6 +282,8 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("plot --uri sqlite:///{tmp}/store.db --output {tmp}/shared/curves", "--output <tmp>/shared/curves.pdf is a symlink "
      "(to <tmp>/outside.txt)"),
     ("data show --out {tmp}/shared/split.png", "--out <tmp>/shared/split.png is a file with 2 hard links"),
+    ("run dataset=fmnist data.root={tmp}/idx_fifo", "<tmp>/idx_fifo/fmnist/t10k-labels-idx1-ubyte is a FIFO, not a data "
+     "file: put the file there (or a link to it), or remove it"),
     ("reproduce fedsso/table2 --seeds 0", "outputs/reproduce/fedsso/table2/ci/page.html is a symlink (to <tmp>/outside.txt), "
      "where fedbench writes its output; fedbench neither follows nor replaces it: remove it"),
 ]
@@ -339,6 +341,11 @@ def make_output_fixtures(tmp: Path) -> None:
     (shared / "curves.pdf").symlink_to(outside)
     (shared / "elsewhere.png").touch()
     os.link(shared / "elsewhere.png", shared / "split.png")
+    from tests.data.test_data import write_mnist_like
+
+    write_mnist_like(tmp / "idx_fifo" / "fmnist")  # one of its files a FIFO: named, not read past to Debian's copy
+    (tmp / "idx_fifo" / "fmnist" / "t10k-labels-idx1-ubyte").unlink()
+    os.mkfifo(tmp / "idx_fifo" / "fmnist" / "t10k-labels-idx1-ubyte")
     entry = tmp / "outputs" / "reproduce" / "fedsso" / "table2" / "ci"
     entry.mkdir(parents=True)
     (entry / "page.html").symlink_to(outside)

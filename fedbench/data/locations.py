@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -13,6 +14,23 @@ IDX_STEMS = {
     "test_x": "t10k-images-idx3-ubyte",
     "test_y": "t10k-labels-idx1-ubyte",
 }
+
+
+def refuse_odd_entries(folder: Path, stems) -> None:
+    """A data file's name taken by a FIFO, a device or a folder (a link to a file is a file) is the user's error, said
+    in one line: counted as missing, it was a misleading "not found" or a silent fall-back to the next folder."""
+    from fedbench.core.errors import DataUnavailableError
+
+    for stem in stems:
+        for candidate in (folder / stem, folder / f"{stem}.gz"):
+            try:
+                mode = os.stat(candidate).st_mode
+            except OSError:  # absent, or a dangling link: missing
+                continue
+            if not stat.S_ISREG(mode):
+                what = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a device or socket"
+                raise DataUnavailableError(f"{candidate} is {what}, not a data file: put the file there (or a link to "
+                                           "it), or remove it")
 
 
 def find_idx_file(folder: Path, stem: str) -> Path | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import pickle
 import struct
 import tracemalloc
@@ -128,6 +129,25 @@ IDX_CASES = {  # file -> (bytes, words the one line must hold)
     "overflowing_shape": (idx_header(0x08, (2**32 - 1, 2**32 - 1, 2**32 - 1)) + b"\x00" * 64, "more than any IDX data set holds"),
     "trailing_bytes": (idx_header(0x08, (50, 28, 28)) + b"\x00" * (50 * 784 + 10), "the file holds more"),
 }
+
+
+ODD_ENTRIES = {  # what may take a data file's name: made at `path`, and how the one line names it
+    "a FIFO": lambda path: os.mkfifo(path),
+    "a device or socket": lambda path: path.symlink_to("/dev/zero"),
+    "a folder": lambda path: path.mkdir(),
+}
+
+
+@pytest.mark.parametrize("name", ["mnist", "fmnist"])
+@pytest.mark.parametrize("kind", ODD_ENTRIES)
+def test_a_data_file_that_is_not_a_file_is_named_and_never_passed_over(tmp_path, name, kind):
+    """Counted as missing, a FIFO or a link to /dev/zero gave "mnist not found: place ..." beside it, and fmnist
+    was read from Debian's copy without a word about the user's folder."""
+    write_mnist_like(tmp_path / name)
+    target = tmp_path / name / "t10k-labels-idx1-ubyte"
+    target.unlink()
+    ODD_ENTRIES[kind](target)
+    one_line_error(lambda: DATASETS.get(name)(root=str(tmp_path)), f"{target} is {kind}, not a data file")
 
 
 @pytest.mark.parametrize("case", IDX_CASES)
