@@ -16,21 +16,27 @@ IDX_STEMS = {
 }
 
 
-def refuse_odd_entries(folder: Path, stems) -> None:
-    """A data file's name taken by a FIFO, a device or a folder (a link to a file is a file) is the user's error, said
-    in one line: counted as missing, it was a misleading "not found" or a silent fall-back to the next folder."""
+def data_file(path: Path) -> bool:
+    """Whether a data file stands at `path` (a regular file, or a link to one). A FIFO, a device or a folder taking
+    its name is the user's error, said in one line (DataUnavailableError): counted as missing, it was a misleading
+    "not found" beside it, or a silent fall-back to the next folder."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # absent, or a dangling link: missing
+        return False
+    if stat.S_ISREG(mode):
+        return True
     from fedbench.core.errors import DataUnavailableError
 
+    what = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a device or socket"
+    raise DataUnavailableError(f"{path} is {what}, not a data file: put the file there (or a link to it), or remove it")
+
+
+def refuse_odd_entries(folder: Path, stems) -> None:
+    """Each IDX file's name in `folder`, plain or gzipped, is a file or nothing (data_file)."""
     for stem in stems:
         for candidate in (folder / stem, folder / f"{stem}.gz"):
-            try:
-                mode = os.stat(candidate).st_mode
-            except OSError:  # absent, or a dangling link: missing
-                continue
-            if not stat.S_ISREG(mode):
-                what = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a device or socket"
-                raise DataUnavailableError(f"{candidate} is {what}, not a data file: put the file there (or a link to "
-                                           "it), or remove it")
+            data_file(candidate)
 
 
 def find_idx_file(folder: Path, stem: str) -> Path | None:

@@ -9,6 +9,7 @@ import torch
 
 from fedbench.data.base import Dataset
 from fedbench.data.datasets import DATASETS
+from fedbench.data.locations import data_file
 from fedbench.data.untrusted import fetch_archive
 from fedbench.core.errors import ConfigError, DataUnavailableError, check
 from fedbench.core.memory import available_memory
@@ -53,7 +54,7 @@ def har(root: str = "data", download: bool = False, binary: bool = False) -> Dat
     folders = [Path(root) / "har" / "UCI HAR Dataset", Path(root) / "UCI HAR Dataset", Path(root) / "har"]
     hint = (f"har not found: place the 'UCI HAR Dataset' folder (train/X_train.txt, train/y_train.txt, "
             f"train/subject_train.txt, test/X_test.txt, test/y_test.txt) in {folders[0].parent}")
-    exists = lambda f: (f / "train" / "X_train.txt").is_file() and (f / "test" / "X_test.txt").is_file()  # noqa: E731
+    exists = lambda f: data_file(f / "train" / "X_train.txt") and data_file(f / "test" / "X_test.txt")  # noqa: E731
     found = next((f for f in folders if exists(f)), None)
     if found is None and download:
         _download(HAR_URL, Path(root) / "har", "har", hint)
@@ -70,7 +71,7 @@ def har(root: str = "data", download: bool = False, binary: bool = False) -> Dat
             raise FormatError(f"{x_test.shape[1]} features per row, X_train.txt {x_train.shape[1]}")
     subject = found / "train" / "subject_train.txt"
     owner = None
-    if subject.is_file():
+    if data_file(subject):
         owner = np.unique(_har_file(subject, "subjects", ndmin=1), return_inverse=True)[1]
         with reading(subject, "UCI HAR's volunteer ids"):
             same_length(owner, x_train, "volunteer ids", "rows in X_train.txt")
@@ -97,7 +98,7 @@ def esr(
     check(0 < test_fraction < 1, f"dataset.test_fraction must be in (0, 1), got {test_fraction}")
     names = ("Epileptic Seizure Recognition.csv", "data.csv")
     folders = [Path(root) / "esr", Path(root)]
-    find = lambda: next((f / n for f in folders for n in names if (f / n).is_file()), None)  # noqa: E731
+    find = lambda: next((f / n for f in folders for n in names if data_file(f / n)), None)  # noqa: E731
     hint = f"esr not found: place 'Epileptic Seizure Recognition.csv' (UCI, 11,500 rows x X1..X178, y) in {folders[0]}"
     path = find()
     if path is None and download:
@@ -145,7 +146,7 @@ def libsvm(
             raise ConfigError(f"dataset.set must be one of {', '.join(LIBSVM_SETS)} (or give dataset.path), got {set!r}")
         train_file, test_file, kind = LIBSVM_SETS[set]
         folder = Path(root) / "libsvm"
-        locate = lambda f: next((folder / n for n in (f, f.removesuffix(".bz2")) if (folder / n).is_file()), None)  # noqa: E731
+        locate = lambda f: next((folder / n for n in (f, f.removesuffix(".bz2")) if data_file(folder / n)), None)  # noqa: E731
         hint = (f"libsvm set {set!r} not found: place {train_file} and {test_file} (or unpacked) "
                 f"from {LIBSVM_URL}/{kind}/ in {folder}")
         if (locate(train_file) is None or locate(test_file) is None) and download:
@@ -157,7 +158,7 @@ def libsvm(
     else:
         train_path, test_path_ = Path(path), None if test_path is None else Path(test_path)
         for p in (train_path, test_path_):
-            if p is not None and not p.is_file():
+            if p is not None and not data_file(p):
                 raise DataUnavailableError(f"libsvm file not found: {p}")
     files = [str(train_path)] + ([] if test_path_ is None else [str(test_path_)])
     with reading(", ".join(files), "svmlight files (label index:value ...)"):

@@ -15,6 +15,7 @@ import torch
 
 from fedbench.data.base import Dataset
 from fedbench.data.datasets import DATASETS
+from fedbench.data.locations import data_file
 from fedbench.core.errors import ConfigError, DataUnavailableError, check
 from fedbench.data.validate import FormatError, finite, of_type, reading, same_length, string
 
@@ -29,6 +30,7 @@ def read_leaf(folder: Path, x_item, y_item) -> tuple[list[str], list[list], list
     of equal length whose items pass `x_item` / `y_item` (which raise FormatError)."""
     users, xs, ys = [], [], []
     for path in sorted(folder.glob("*.json")):
+        data_file(path)  # a FIFO named *.json would block the read forever
         with reading(path, "a LEAF JSON file"):
             blob = of_type(json.loads(path.read_text()), dict, "the top level")
             data = of_type(blob.get("user_data"), dict, "'user_data'")
@@ -143,14 +145,14 @@ def shakespeare(
         folder = Path(root) / "shakespeare"
         path = folder / "input.txt"
         hint = f"shakespeare (tiny) not found: place input.txt ({TINY_SHAKESPEARE_URL}) in {folder}"
-        if not path.is_file() and download:
+        if not data_file(path) and download:
             from torchvision.datasets.utils import download_url
 
             try:
                 download_url(TINY_SHAKESPEARE_URL, str(folder), filename="input.txt")
             except Exception as exc:
                 raise DataUnavailableError(f"could not download shakespeare ({exc.__class__.__name__}: {exc}). {hint}") from None
-        if not path.is_file():
+        if not data_file(path):
             raise DataUnavailableError(hint + " (or set data.download=true)")
         with reading(path, "a UTF-8 text file"):
             text = path.read_text(encoding="utf-8")
@@ -238,7 +240,7 @@ def sent140(
     contiguous clients, each split train/test by `test_fraction` (fedsso.md §4.3). source=leaf:
     LEAF's users and train/test files."""
     glove_path = Path(glove) if glove else Path(root) / "glove" / "glove.twitter.27B.50d.txt"
-    if not glove_path.is_file():
+    if not data_file(glove_path):
         raise DataUnavailableError(
             f"GloVe vectors not found: place glove.twitter.27B.50d.txt (https://nlp.stanford.edu/projects/glove/) "
             f"at {glove_path} or set dataset.glove"
@@ -254,7 +256,7 @@ def sent140(
         owner = np.repeat(np.arange(len(xs)), [len(x) for x in xs])
     elif source == "csv":
         path = Path(root) / "sent140" / "training.1600000.processed.noemoticon.csv"
-        if not path.is_file():
+        if not data_file(path):
             raise DataUnavailableError(
                 f"sent140 not found: unpack trainingandtestdata.zip (Go et al. 2009, Sentiment140) so that {path} exists"
             )

@@ -16,7 +16,7 @@ from torch import Tensor
 from fedbench.data.augment import image_augment
 from fedbench.data.base import Dataset
 from fedbench.data.datasets import DATASETS, read_idx_splits
-from fedbench.data.locations import find_idx_file, refuse_odd_entries
+from fedbench.data.locations import data_file, find_idx_file, refuse_odd_entries
 from fedbench.data.untrusted import fetch_archive, load_cifar_batch, load_npz
 from fedbench.data.validate import FormatError, labels, reading, same_length, shaped
 from fedbench.core.errors import ConfigError, DataUnavailableError
@@ -115,7 +115,7 @@ CIFAR10_BATCHES = ([f"data_batch_{i}" for i in range(1, 6)], ["test_batch"])  # 
 def cifar_folder(root: str, name: str, folder: str, files: list[str]) -> Path | None:
     """The first of a CIFAR set's folders under `root` that holds all its python batches, or None."""
     folders = [Path(root) / name / folder, Path(root) / folder, Path(root) / name]
-    return first_existing(folders, lambda f: all((f / n).is_file() for n in files))
+    return first_existing(folders, lambda f: all(data_file(f / n) for n in files))
 
 
 def _cifar(name: str, root: str, download: bool, folder: str, train: list[str], test: list[str], label_key: bytes,
@@ -192,6 +192,7 @@ def _read_tiny(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     train = [(p, cls[w]) for w in wnids for p in sorted((folder / "train" / w / "images").glob("*.JPEG"))]
     val = []
     annotations = folder / "val" / "val_annotations.txt"
+    data_file(annotations)
     with reading(annotations, "Tiny-ImageNet's validation labels (image<TAB>wnid per line)"):
         for n, line in enumerate(annotations.read_text().splitlines(), 1):
             fields = line.split("\t")
@@ -202,6 +203,8 @@ def _read_tiny(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
                 val.append((folder / "val" / "images" / fields[0], cls[fields[1]]))
     if not train or not val:
         raise DataUnavailableError(f"{folder}: no images under train/<wnid>/images or val/images")
+    for image, _ in train + val:
+        data_file(image)  # a FIFO named *.JPEG would block the decoder forever
     return (_read_images([p for p, _ in train]), np.array([c for _, c in train]),
             _read_images([p for p, _ in val]), np.array([c for _, c in val]))
 
@@ -235,14 +238,14 @@ def tinyimagenet(
     folders = [Path(root) / "tinyimagenet" / "tiny-imagenet-200", Path(root) / "tiny-imagenet-200", Path(root) / "tinyimagenet"]
     hint = (f"tinyimagenet not found: unpack {TINY_URL} so that {folders[0]}/wnids.txt, train/<wnid>/images/ "
             f"and val/val_annotations.txt exist")
-    found = first_existing(folders, lambda f: (f / "wnids.txt").is_file())
+    found = first_existing(folders, lambda f: data_file(f / "wnids.txt"))
     if found is None and download:
         fetch_archive(TINY_URL, Path(root) / "tinyimagenet", "tinyimagenet", hint)
-        found = first_existing(folders, lambda f: (f / "wnids.txt").is_file())
+        found = first_existing(folders, lambda f: data_file(f / "wnids.txt"))
     if found is None:
         raise DataUnavailableError(hint + " (or set data.download=true)")
     cached = found / "fedbench_cache.npz"
-    if cache and cached.is_file():
+    if cache and data_file(cached):
         arrays = _checked_cache(cached, load_npz(cached, ("x_train", "y_train", "x_test", "y_test")))
     else:
         arrays = _read_tiny(found)

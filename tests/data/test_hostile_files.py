@@ -150,6 +150,31 @@ def test_a_data_file_that_is_not_a_file_is_named_and_never_passed_over(tmp_path,
     one_line_error(lambda: DATASETS.get(name)(root=str(tmp_path)), f"{target} is {kind}, not a data file")
 
 
+def _reader_with_one_entry_taken(tmp_path, reader):
+    """A valid data folder for `reader`, and the path of one of its files (which the test replaces), and the load."""
+    if reader == "leaf":
+        root = leaf_root(tmp_path, {"users": ["B"], "user_data": {"B": {"x": ["abcdefghij"], "y": ["k"]}}})
+        return tmp_path / "shakespeare" / "data" / "train" / "t.json", lambda: DATASETS.get("shakespeare")(root=root, source="leaf")
+    if reader == "esr":
+        write_esr(tmp_path / "esr")
+        return tmp_path / "esr" / "data.csv", lambda: DATASETS.get("esr")(root=str(tmp_path))
+    if reader == "cifar10":
+        cifar_folder(tmp_path)
+        return tmp_path / "cifar-10-batches-py" / "test_batch", lambda: DATASETS.get("cifar10")(root=str(tmp_path))
+    (tmp_path / "shakespeare").mkdir()
+    (tmp_path / "shakespeare" / "input.txt").write_text("to be or not to be " * 50)
+    return tmp_path / "shakespeare" / "input.txt", lambda: DATASETS.get("shakespeare")(root=str(tmp_path), source="tiny")
+
+
+@pytest.mark.parametrize("reader", ["leaf", "esr", "cifar10", "tiny_shakespeare"])
+def test_every_reader_names_a_fifo_where_its_file_should_be(tmp_path, reader):
+    """A FIFO named t.json in a LEAF folder blocked the read forever (no output); elsewhere it was "not found"."""
+    path, load = _reader_with_one_entry_taken(tmp_path, reader)
+    path.unlink()
+    os.mkfifo(path)
+    one_line_error(load, f"{path} is a FIFO, not a data file")
+
+
 @pytest.mark.parametrize("case", IDX_CASES)
 def test_a_crafted_idx_header_ends_in_one_line(tmp_path, case):
     write_mnist_like(tmp_path / "mnist")
