@@ -284,6 +284,7 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("data show --out {tmp}/shared/split.png", "--out <tmp>/shared/split.png is a file with 2 hard links"),
     ("run dataset=fmnist data.root={tmp}/idx_fifo", "<tmp>/idx_fifo/fmnist/t10k-labels-idx1-ubyte is a FIFO, not a data "
      "file: put the file there (or a link to it), or remove it"),
+    ("FEDBENCH_CONF={tmp}/conf_fifo run mu=0.1", "<tmp>/conf_fifo/algorithm/mine.yaml is a FIFO, not a config file"),
     ("reproduce fedsso/table2 --seeds 0", "outputs/reproduce/fedsso/table2/ci/page.html is a symlink (to <tmp>/outside.txt), "
      "where fedbench writes its output; fedbench neither follows nor replaces it: remove it"),
 ]
@@ -343,6 +344,10 @@ def make_output_fixtures(tmp: Path) -> None:
     os.link(shared / "elsewhere.png", shared / "split.png")
     from tests.data.test_data import write_mnist_like
 
+    import shutil
+
+    shutil.copytree(CONF, tmp / "conf_fifo")  # a config folder with a FIFO for a file: `run mu=0.1` read it forever
+    os.mkfifo(tmp / "conf_fifo" / "algorithm" / "mine.yaml")
     write_mnist_like(tmp / "idx_fifo" / "fmnist")  # one of its files a FIFO: named, not read past to Debian's copy
     (tmp / "idx_fifo" / "fmnist" / "t10k-labels-idx1-ubyte").unlink()
     os.mkfifo(tmp / "idx_fifo" / "fmnist" / "t10k-labels-idx1-ubyte")

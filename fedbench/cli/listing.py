@@ -90,8 +90,11 @@ def config_folders() -> list[Path]:
 
 def config_options(group: str) -> list[str]:
     """The choices of a config group: its files, as `<name>` or `<folder>/<name>`."""
+    from fedbench.core.errors import ConfigError
+    from fedbench.core.user_files import user_file
+
     return sorted({str(p.relative_to(base / group).with_suffix("")) for base in config_folders()
-                   for p in (base / group).rglob("*.yaml")})
+                   for p in (base / group).rglob("*.yaml") if user_file(p, "a config file", ConfigError)})
 
 
 def config_file(group: str, option: str) -> Path:

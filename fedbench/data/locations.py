@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -17,19 +16,12 @@ IDX_STEMS = {
 
 
 def data_file(path: Path) -> bool:
-    """Whether a data file stands at `path` (a regular file, or a link to one). A FIFO, a device or a folder taking
-    its name is the user's error, said in one line (DataUnavailableError): counted as missing, it was a misleading
-    "not found" beside it, or a silent fall-back to the next folder."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:  # absent, or a dangling link: missing
-        return False
-    if stat.S_ISREG(mode):
-        return True
+    """Whether a data file stands at `path` (a regular file, or a link to one); a FIFO, a device or a folder taking
+    its name is named in one line (core.user_files)."""
     from fedbench.core.errors import DataUnavailableError
+    from fedbench.core.user_files import user_file
 
-    what = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a device or socket"
-    raise DataUnavailableError(f"{path} is {what}, not a data file: put the file there (or a link to it), or remove it")
+    return user_file(path, "a data file", DataUnavailableError)
 
 
 def refuse_odd_entries(folder: Path, stems) -> None:

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 import pytest
 
 from fedbench.config import compose
@@ -41,3 +44,31 @@ def test_the_grid_composer_gives_the_config_hydra_composes():
                 ["local_steps=null", "local_epochs=2"], ["algorithm=fedavg/adam", "eta_g=0.3"], ["+algorithm.mu=1"],
                 ["partition.seed=5", "seed=2"]):
         assert OmegaConf.to_yaml(composer(job)) == OmegaConf.to_yaml(compose.compose(job)), job
+
+
+@pytest.fixture
+def conf_with_a_fifo(tmp_path):
+    """A config folder whose algorithm/mine.yaml is a FIFO (a read of it blocks until someone writes)."""
+    (tmp_path / "algorithm").mkdir()
+    (tmp_path / "algorithm" / "fedavg.yaml").write_text("name: fedavg\n")
+    os.mkfifo(tmp_path / "algorithm" / "mine.yaml")
+    return tmp_path
+
+
+def test_every_reader_of_a_config_folder_names_a_fifo_instead_of_blocking(conf_with_a_fifo, monkeypatch):
+    """`fedbench list` and `fedbench run mu=0.1` (which looks for the group that sets mu) read every *.yaml of the
+    folder: they blocked forever on the FIFO; `algorithm=mine` said "Unknown algorithm 'mine'" beside it."""
+    from fedbench.cli import listing
+    from fedbench.config.preflight import group_choices
+    from fedbench.config.suggest import group_files_with_key
+    from fedbench.core.errors import ConfigError
+
+    needle = f"{conf_with_a_fifo / 'algorithm' / 'mine.yaml'} is a FIFO, not a config file"
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        group_choices(conf_with_a_fifo, "algorithm")
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        group_files_with_key(conf_with_a_fifo, "mu", ["algorithm"])
+    monkeypatch.setattr(listing, "config_folders", lambda: [conf_with_a_fifo])
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        listing.config_options("algorithm")
+
