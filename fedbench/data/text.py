@@ -30,7 +30,6 @@ def read_leaf(folder: Path, x_item, y_item) -> tuple[list[str], list[list], list
     of equal length whose items pass `x_item` / `y_item` (which raise FormatError)."""
     users, xs, ys = [], [], []
     for path in sorted(folder.glob("*.json")):
-        data_file(path)  # a FIFO named *.json would block the read forever
         with reading(path, "a LEAF JSON file"):
             blob = of_type(json.loads(path.read_text()), dict, "the top level")
             data = of_type(blob.get("user_data"), dict, "'user_data'")

@@ -25,7 +25,11 @@ class FormatError(ValueError):
 
 @contextmanager
 def reading(path: Path | str, what: str) -> Iterator[None]:
-    """Turn any failure inside into one line: '<path> is not <what>: <why>'."""
+    """Turn any failure inside into one line: '<path> is not <what>: <why>'. A FIFO, device or folder at `path`
+    is refused first (data.locations.data_file): opened, a FIFO blocks the read forever."""
+    from fedbench.data.locations import data_file
+
+    data_file(Path(path))  # a list of files joined in one string names no entry: nothing to check
     try:
         yield
     except FedbenchError:

@@ -192,7 +192,6 @@ def _read_tiny(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     train = [(p, cls[w]) for w in wnids for p in sorted((folder / "train" / w / "images").glob("*.JPEG"))]
     val = []
     annotations = folder / "val" / "val_annotations.txt"
-    data_file(annotations)
     with reading(annotations, "Tiny-ImageNet's validation labels (image<TAB>wnid per line)"):
         for n, line in enumerate(annotations.read_text().splitlines(), 1):
             fields = line.split("\t")
@@ -203,8 +202,6 @@ def _read_tiny(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
                 val.append((folder / "val" / "images" / fields[0], cls[fields[1]]))
     if not train or not val:
         raise DataUnavailableError(f"{folder}: no images under train/<wnid>/images or val/images")
-    for image, _ in train + val:
-        data_file(image)  # a FIFO named *.JPEG would block the decoder forever
     return (_read_images([p for p, _ in train]), np.array([c for _, c in train]),
             _read_images([p for p, _ in val]), np.array([c for _, c in val]))
 

@@ -158,6 +158,9 @@ def _reader_with_one_entry_taken(tmp_path, reader):
     if reader == "esr":
         write_esr(tmp_path / "esr")
         return tmp_path / "esr" / "data.csv", lambda: DATASETS.get("esr")(root=str(tmp_path))
+    if reader == "har":  # its labels: not what the reader looks for to find the folder, read all the same
+        write_har(tmp_path / "har")
+        return tmp_path / "har" / "train" / "y_train.txt", lambda: DATASETS.get("har")(root=str(tmp_path))
     if reader == "cifar10":
         cifar_folder(tmp_path)
         return tmp_path / "cifar-10-batches-py" / "test_batch", lambda: DATASETS.get("cifar10")(root=str(tmp_path))
@@ -166,9 +169,10 @@ def _reader_with_one_entry_taken(tmp_path, reader):
     return tmp_path / "shakespeare" / "input.txt", lambda: DATASETS.get("shakespeare")(root=str(tmp_path), source="tiny")
 
 
-@pytest.mark.parametrize("reader", ["leaf", "esr", "cifar10", "tiny_shakespeare"])
+@pytest.mark.parametrize("reader", ["leaf", "esr", "har", "cifar10", "tiny_shakespeare"])
 def test_every_reader_names_a_fifo_where_its_file_should_be(tmp_path, reader):
-    """A FIFO named t.json in a LEAF folder blocked the read forever (no output); elsewhere it was "not found"."""
+    """A FIFO named t.json in a LEAF folder, or as HAR's labels, blocked the read forever (no output); elsewhere it
+    was "not found"."""
     path, load = _reader_with_one_entry_taken(tmp_path, reader)
     path.unlink()
     os.mkfifo(path)
