@@ -285,6 +285,7 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("run dataset=fmnist data.root={tmp}/idx_fifo", "<tmp>/idx_fifo/fmnist/t10k-labels-idx1-ubyte is a FIFO, not a data "
      "file: put the file there (or a link to it), or remove it"),
     ("FEDBENCH_CONF={tmp}/conf_fifo run mu=0.1", "<tmp>/conf_fifo/algorithm/mine.yaml is a FIFO, not a config file"),
+    ("report --uri sqlite:///{tmp}/shared/fifo.db", "<tmp>/shared/fifo.db is a FIFO, not an MLflow store"),
     ("reproduce fedsso/table2 --seeds 0", "outputs/reproduce/fedsso/table2/ci/page.html is a symlink (to <tmp>/outside.txt), "
      "where fedbench writes its output; fedbench neither follows nor replaces it: remove it"),
 ]
@@ -339,6 +340,7 @@ def make_output_fixtures(tmp: Path) -> None:
     (tmp / "outputs").mkdir(exist_ok=True)
     (tmp / "outputs" / "report.html").symlink_to(outside)
     os.mkfifo(shared / "table.md")
+    os.mkfifo(shared / "fifo.db")  # SQLite opened it and blocked on it forever
     (shared / "curves.pdf").symlink_to(outside)
     (shared / "elsewhere.png").touch()
     os.link(shared / "elsewhere.png", shared / "split.png")

@@ -11,7 +11,8 @@ from pathlib import Path
 from fedbench.core.errors import FedbenchError
 
 
-def user_file(path: Path, what: str, error: type[FedbenchError]) -> bool:
+def user_file(path: Path, what: str, error: type[FedbenchError],
+              fix: str = "put the file there (or a link to it), or remove it") -> bool:
     """Whether a regular file (or a link to one) stands at `path`; False where nothing does (a dangling link
     included); `error` naming the entry where something else does."""
     try:
@@ -21,4 +22,4 @@ def user_file(path: Path, what: str, error: type[FedbenchError]) -> bool:
     if stat.S_ISREG(mode):
         return True
     kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a device or socket"
-    raise error(f"{path} is {kind}, not {what}: put the file there (or a link to it), or remove it")
+    raise error(f"{path} is {kind}, not {what}: {fix}")

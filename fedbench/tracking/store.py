@@ -92,6 +92,8 @@ def existing_store(uri: str | None, option: str = "--uri") -> str:
     if store.startswith(("http://", "https://", "databricks", "postgresql", "mysql", "mssql")):
         return store  # a server or a database: reaching it is the check
     path = Path(store.removeprefix("sqlite:///").removeprefix("file://"))
+    if store.startswith("sqlite:///"):
+        sqlite_file(path, store)
     if store.startswith("sqlite:///") and not path.is_file() or not store.startswith("sqlite:") and not path.exists():
         where = option if uri else "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else None
         fix = f"check {where}" if where else f"run it from the folder fedbench run wrote outputs/ in, or give {option}"
@@ -264,6 +266,14 @@ def store_client(uri: str):
         return client_for(uri)  # creates (or migrates) the store now
 
 
+def sqlite_file(db: Path, uri: str) -> None:
+    """A SQLite store's path holds a file or nothing: SQLite opens a FIFO there and blocks on it forever."""
+    from fedbench.core.errors import ConfigError
+    from fedbench.core.user_files import user_file
+
+    user_file(db, f"an MLflow store ({uri})", ConfigError, "remove it or give another tracking URI")
+
+
 @contextmanager
 def store_lock(uri: str, create: bool = False, timeout: float = 600):
     """The lock of a SQLite store's creation and migration (a no-op for any other store); `create`
@@ -272,6 +282,7 @@ def store_lock(uri: str, create: bool = False, timeout: float = 600):
     if not uri.startswith("sqlite:///") or not (create or db.parent.is_dir()):
         yield
         return
+    sqlite_file(db, uri)
     from filelock import FileLock
 
     try:

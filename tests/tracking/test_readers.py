@@ -25,6 +25,20 @@ def test_an_empty_file_given_to_a_reader_stays_empty_and_is_refused_in_one_line(
     assert empty.stat().st_size == 0 and sorted(p.name for p in tmp_path.iterdir()) == ["e.db"]  # no lock file either
 
 
+def test_a_fifo_as_the_sqlite_store_is_named_before_the_run_opens_it(tmp_path):
+    """SQLite opened a FIFO given as tracking.uri and the run blocked on it forever (no output)."""
+    import os
+
+    from fedbench.core.errors import ConfigError
+    from fedbench.tracking.store import open_store
+
+    fifo = tmp_path / "m.db"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match=f"{fifo} is a FIFO, not an MLflow store .*remove it or give another"):
+        open_store(f"sqlite:///{fifo}", "fedbench")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.db"]  # no lock file beside it either
+
+
 def test_a_reader_leaves_an_existing_store_as_it_was(store, tmp_path):  # noqa: F811
     uri, folder = store
     before = sorted(p.name for p in folder.iterdir())
