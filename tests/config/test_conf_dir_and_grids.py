@@ -72,3 +72,17 @@ def test_every_reader_of_a_config_folder_names_a_fifo_instead_of_blocking(conf_w
     with pytest.raises(ConfigError, match=re.escape(needle)):
         listing.config_options("algorithm")
 
+
+def test_a_fifo_among_the_files_hydra_composes_from_is_named_at_start(tmp_path, monkeypatch):
+    """With FEDBENCH_CONF's dataset/digits.yaml a FIFO, the default run said "Unknown dataset 'digits'"."""
+    import shutil
+
+    from fedbench.core.errors import ConfigError
+
+    shutil.copytree(compose.PACKAGED_CONF, tmp_path / "conf")
+    (tmp_path / "conf" / "dataset" / "digits.yaml").unlink()
+    os.mkfifo(tmp_path / "conf" / "dataset" / "digits.yaml")
+    monkeypatch.setattr(compose, "CONF_DIR", tmp_path / "conf")
+    with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / 'conf' / 'dataset' / 'digits.yaml'} is a FIFO")):
+        compose.checked_conf_dir()
+
