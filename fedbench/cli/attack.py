@@ -94,12 +94,9 @@ def _plot(frame, path: Path) -> None:
     ax.set_ylabel(r"$\|\hat D_1 - D_1\|_F$")
     ax.legend()
     ax.grid(alpha=0.3)
-    from fedbench.core.output_files import save_figure_file
+    from fedbench.core.output_files import save_figure_files
 
-    try:
-        save_figure_file(fig, path, dpi=110, bbox_inches="tight")
-    finally:
-        plt.close(fig)
+    save_figure_files(fig, [path], dpi=110, bbox_inches="tight")
 
 
 if __name__ == "__main__":  # pragma: no cover

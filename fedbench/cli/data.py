@@ -73,12 +73,9 @@ def save_stacked_bars(counts, path: Path, title: str, class_names: list[str] | N
     ax.set_ylabel("samples")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, ncol=1 if c <= 10 else 2, bbox_to_anchor=(1.01, 1), loc="upper left")
-    from fedbench.core.output_files import save_figure_file
+    from fedbench.core.output_files import save_figure_files
 
-    try:
-        save_figure_file(fig, path, "--out", dpi=120, bbox_inches="tight")
-    finally:
-        plt.close(fig)
+    save_figure_files(fig, [path], "--out", dpi=120, bbox_inches="tight")
 
 
 def save_heatmap(counts, path: Path, title: str, class_names: list[str] | None = None) -> None:
@@ -99,12 +96,9 @@ def save_heatmap(counts, path: Path, title: str, class_names: list[str] | None =
     ax.set_ylabel("client")
     ax.set_title(title, fontsize=9)
     fig.colorbar(im, ax=ax, label="samples")
-    from fedbench.core.output_files import save_figure_file
+    from fedbench.core.output_files import save_figure_files
 
-    try:
-        save_figure_file(fig, path, "--out", dpi=120, bbox_inches="tight")
-    finally:
-        plt.close(fig)
+    save_figure_files(fig, [path], "--out", dpi=120, bbox_inches="tight")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -70,13 +70,22 @@ def write_output(path: Path, data: str | bytes, option: str | None = None, encod
     return path
 
 
-def save_figure_file(fig, path: Path, option: str | None = None, **savefig) -> Path:
-    """A matplotlib figure written as write_output writes (the format from the suffix)."""
+def save_figure_files(fig, paths: list[Path], option: str | None = None, **savefig) -> list[Path]:
+    """A matplotlib figure written as write_output writes, once per path (the format from its suffix); the
+    figure is closed whatever happens."""
     import io
 
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format=Path(path).suffix.lstrip(".") or "png", **savefig)
-    return write_output(path, buffer.getvalue(), option)
+    import matplotlib.pyplot as plt
+
+    try:
+        written = []
+        for path in paths:
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format=Path(path).suffix.lstrip(".") or "png", **savefig)
+            written.append(write_output(path, buffer.getvalue(), option))
+        return written
+    finally:
+        plt.close(fig)
 
 
 def _umask() -> int:

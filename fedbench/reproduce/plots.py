@@ -47,17 +47,13 @@ def shown_rounds(budgets: list[int]) -> int:
 def plot_figure(runs: list[RunResult], rows: tuple[str, ...], path: Path, title: str = "",
                 log_rows: tuple[str, ...] = (), marks: Marks = Marks()) -> Path | None:
     """The figure saved as `path`; None when nothing to draw."""
-    import matplotlib.pyplot as plt
 
     fig = draw_figure(runs, rows, title, log_rows, marks)
     if fig is None:
         return None
-    from fedbench.core.output_files import save_figure_file
+    from fedbench.core.output_files import save_figure_files
 
-    try:
-        return save_figure_file(fig, path, dpi=110, bbox_inches="tight")
-    finally:
-        plt.close(fig)
+    return save_figure_files(fig, [path], dpi=110, bbox_inches="tight")[0]
 
 
 def draw_figure(runs: list[RunResult], rows: tuple[str, ...], title: str = "", log_rows: tuple[str, ...] = (),

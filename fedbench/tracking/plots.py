@@ -144,14 +144,9 @@ def comparison_figure(curves: pd.DataFrame, metric: str, x: str, title: str):
 def save_figure(fig, stem: Path, suffixes: tuple[str, ...] = (".png", ".pdf")) -> list[Path]:
     """Write `fig` as stem.png and stem.pdf (vector, for a paper), creating stem's folder; closes it.
     bbox_inches="tight" keeps every artist (the legend below the axes) inside the file."""
-    import matplotlib.pyplot as plt
+    from fedbench.core.output_files import save_figure_files
 
-    from fedbench.core.output_files import save_figure_file
-
-    try:
-        return [save_figure_file(fig, stem.with_suffix(s), "--output", dpi=150, bbox_inches="tight") for s in suffixes]
-    finally:
-        plt.close(fig)
+    return save_figure_files(fig, [stem.with_suffix(s) for s in suffixes], "--output", dpi=150, bbox_inches="tight")
 
 
 def figure_png(fig, dpi: int = 110) -> bytes:
