@@ -90,11 +90,10 @@ def config_folders() -> list[Path]:
 
 def config_options(group: str) -> list[str]:
     """The choices of a config group: its files, as `<name>` or `<folder>/<name>`."""
-    from fedbench.core.errors import ConfigError
-    from fedbench.core.user_files import user_file
+    from fedbench.config.preflight import group_choices
 
-    return sorted({str(p.relative_to(base / group).with_suffix("")) for base in config_folders()
-                   for p in (base / group).rglob("*.yaml") if user_file(p, "a config file", ConfigError)})
+    first, *others = config_folders()
+    return group_choices(first, group, tuple(others))
 
 
 def config_file(group: str, option: str) -> Path:

@@ -40,15 +40,15 @@ def checked_conf_dir() -> Path:
     """The config directory, refused in one line when it holds no config.yaml, or a FIFO, device or folder for a
     *.yaml (core.user_files)."""
     from fedbench.core.errors import ConfigError
-    from fedbench.core.user_files import user_file
+    from fedbench.core.user_files import is_config_file
 
     directory = conf_dir()
-    if not user_file(directory / "config.yaml", "a config file", ConfigError):
+    if not is_config_file(directory / "config.yaml"):
         origin = "FEDBENCH_CONF" if directory != PACKAGED_CONF else "the installed package"
         raise ConfigError(f"no config.yaml in the config directory {directory} (from {origin}); point FEDBENCH_CONF "
                           "at a copy of conf/, or unset it to use the packaged configs")
-    for path in directory.rglob("*.yaml"):  # Hydra would block on a FIFO among the files it composes from
-        user_file(path, "a config file", ConfigError)
+    for path in directory.rglob("*.yaml"):  # every file Hydra may compose from
+        is_config_file(path)
     return directory
 
 

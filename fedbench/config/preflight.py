@@ -19,12 +19,11 @@ MAX_GRID_JOBS = 100_000  # a larger grid is refused, not checked for minutes
 
 def group_choices(conf_dir: Path, group: str, extra_dirs: tuple[Path, ...] = ()) -> list[str]:
     """The options of a config group: its files under the config directory and any --config-dir."""
-    from fedbench.core.user_files import user_file
+    from fedbench.core.user_files import is_config_file
 
     names = set()
     for base in (conf_dir / group, *(d / group for d in extra_dirs)):
-        names.update(str(p.relative_to(base).with_suffix("")) for p in base.rglob("*.yaml")
-                     if user_file(p, "a config file", ConfigError))
+        names.update(str(p.relative_to(base).with_suffix("")) for p in base.rglob("*.yaml") if is_config_file(p))
     return sorted(names)
 
 

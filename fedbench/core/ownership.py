@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fedbench.core.errors import FedbenchError
+from fedbench.core.user_files import entry_kind
 
 LOCK_NAME = ".fedbench.lock"
 CHECKPOINT_NAME = "checkpoint.pt"  # what `fedbench resume` continues from (engine.checkpoint writes it)
@@ -98,12 +99,8 @@ def describe_entry(st: os.stat_result, path: Path) -> str | None:
     """What makes an existing entry other than a regular file of this user's with one link (None: it is one)."""
     if stat.S_ISLNK(st.st_mode):
         return f"a symlink (to {os.readlink(path)})"
-    if stat.S_ISFIFO(st.st_mode):
-        return "a FIFO"
-    if stat.S_ISDIR(st.st_mode):
-        return "a folder"
-    if not stat.S_ISREG(st.st_mode):
-        return "a device or socket"
+    if (kind := entry_kind(st.st_mode)) is not None:
+        return kind
     if st.st_nlink != 1:
         return f"a file with {st.st_nlink} hard links (shared with another folder)"
     if st.st_uid != os.geteuid():

@@ -8,7 +8,18 @@ import os
 import stat
 from pathlib import Path
 
-from fedbench.core.errors import FedbenchError
+from fedbench.core.errors import ConfigError, FedbenchError
+
+
+def entry_kind(mode: int) -> str | None:
+    """What an entry of this mode (os.stat's or os.lstat's) is, when it is no regular file: None for one."""
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return None if stat.S_ISREG(mode) else "a device or socket"
 
 
 def user_file(path: Path, what: str, error: type[FedbenchError],
@@ -16,10 +27,15 @@ def user_file(path: Path, what: str, error: type[FedbenchError],
     """Whether a regular file (or a link to one) stands at `path`; False where nothing does (a dangling link
     included); `error` naming the entry where something else does."""
     try:
-        mode = os.stat(path).st_mode
+        kind = entry_kind(os.stat(path).st_mode)  # links followed: a link to a file is the file
     except OSError:
         return False
-    if stat.S_ISREG(mode):
+    if kind is None:
         return True
-    kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a device or socket"
     raise error(f"{path} is {kind}, not {what}: {fix}")
+
+
+def is_config_file(path: Path) -> bool:
+    """Whether a config file stands at `path` (user_file): Hydra, `fedbench list` and the key suggestions read every
+    *.yaml of a config folder, and blocked forever on a FIFO."""
+    return user_file(path, "a config file", ConfigError)

@@ -14,7 +14,7 @@ from fedbench.data.synthetic import PerUserSynthetic, resolve_generator, eval_us
 from fedbench.data.checksums import verify as verify_checksums
 from fedbench.data.idx import read_idx
 from fedbench.data.validate import finite, labels, reading, same_length, shaped
-from fedbench.data.locations import DEBIAN_FASHION_MNIST, IDX_STEMS, find_idx_file, fmnist_folders, refuse_odd_entries
+from fedbench.data.locations import DEBIAN_FASHION_MNIST, IDX_STEMS, find_idx_file, fmnist_folders
 from fedbench.core.errors import DataUnavailableError, check
 from fedbench.core.registry import Registry
 
@@ -56,7 +56,6 @@ def _idx_dataset(
     def locate() -> dict[str, Path] | None:
         partial = []
         for folder in folders:
-            refuse_odd_entries(folder, IDX_STEMS.values())
             files = {k: find_idx_file(folder, stem) for k, stem in IDX_STEMS.items()}
             if all(files.values()):
                 for other, missing in partial:  # never fall back silently past the user's own files

@@ -24,17 +24,11 @@ def data_file(path: Path) -> bool:
     return user_file(path, "a data file", DataUnavailableError)
 
 
-def refuse_odd_entries(folder: Path, stems) -> None:
-    """Each IDX file's name in `folder`, plain or gzipped, is a file or nothing (data_file)."""
-    for stem in stems:
-        for candidate in (folder / stem, folder / f"{stem}.gz"):
-            data_file(candidate)
-
-
 def find_idx_file(folder: Path, stem: str) -> Path | None:
-    """`train-images-idx3-ubyte` as is or gzipped, also under torchvision's `<Name>/raw/` layout."""
+    """`train-images-idx3-ubyte` as is or gzipped, also under torchvision's `<Name>/raw/` layout (a FIFO, device
+    or folder under either name is named: data_file)."""
     for candidate in (folder / stem, folder / f"{stem}.gz"):
-        if candidate.is_file():
+        if data_file(candidate):
             return candidate
     return None
 
@@ -49,7 +43,12 @@ def fmnist_folders(root: str) -> list[Path]:
 
 def fmnist_folder(root: str = "data") -> Path | None:
     """Where `fmnist` would be read from (the first folder holding all four IDX files), or None."""
+    from fedbench.core.errors import DataUnavailableError
+
     for folder in fmnist_folders(root):
-        if all(find_idx_file(folder, stem) for stem in IDX_STEMS.values()):
-            return folder
+        try:
+            if all(find_idx_file(folder, stem) for stem in IDX_STEMS.values()):
+                return folder
+        except DataUnavailableError:  # an entry that is no file: the run names it, the listing reads on
+            continue
     return None

@@ -16,7 +16,7 @@ from torch import Tensor
 from fedbench.data.augment import image_augment
 from fedbench.data.base import Dataset
 from fedbench.data.datasets import DATASETS, read_idx_splits
-from fedbench.data.locations import data_file, find_idx_file, refuse_odd_entries
+from fedbench.data.locations import data_file, find_idx_file
 from fedbench.data.untrusted import fetch_archive, load_cifar_batch, load_npz
 from fedbench.data.validate import FormatError, labels, reading, same_length, shaped
 from fedbench.core.errors import ConfigError, DataUnavailableError
@@ -62,7 +62,6 @@ def emnist(
 
     def locate():
         for folder in folders:
-            refuse_odd_entries(folder, stems.values())
             files = {k: find_idx_file(folder, s) for k, s in stems.items()}
             if all(files.values()):
                 return files

@@ -449,7 +449,6 @@ def check_saved(out: Path) -> None:
 def save(rep: Reproduction, scale_name: str, runs, table, claims, out: Path, stamp: str, uri: str,
          seconds: float | None = None, tuning: pd.DataFrame | None = None, marks: Marks = Marks(),
          hashes: pd.DataFrame | None = None, where: str | None = None, seed_note: str = "") -> tuple[str, list[Path], Section]:
-    out.mkdir(parents=True, exist_ok=True)
     markdown = report(rep, scale_name, table, claims, seconds, tuning, where, seed_note)
     files = [out / SAVED[0], out / SAVED[1]]
     write_output(files[0], markdown + "\n")
@@ -640,7 +639,6 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
         held = result if isinstance(result, str) else paper_count(result.claims)
         lines.append(f"| {name} | {held} |")
     lines += [""] + [result.markdown + "\n" for result in results.values() if not isinstance(result, str)]
-    outputs.mkdir(parents=True, exist_ok=True)
     summary = outputs / f"all-{scale_name}.md"
     write_output(summary, "\n".join(lines))
     command = recorded_command("all", scale_name, extra, record, jobs, seeds)
