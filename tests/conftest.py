@@ -30,6 +30,15 @@ else:
     os.environ["FEDBENCH_TESTS_TERMINAL"] = ",".join(os.environ.get(name, "") for name in TERMINAL)
 
 
+@pytest.fixture(autouse=True)
+def signals_of_this_test(monkeypatch):
+    """The signals a test's code took stay with that test (runs.interrupts.RECEIVED names a later error as their
+    interrupt, and the job-building code raises one it finds: CI at 1f413ed failed on a leftover of another test)."""
+    from fedbench.runs import interrupts
+
+    monkeypatch.setattr(interrupts, "RECEIVED", [])
+
+
 def make_cfg(*overrides: str):
     with initialize_config_dir(config_dir=CONF, version_base=None):
         return compose("config", overrides=list(overrides))

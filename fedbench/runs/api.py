@@ -133,7 +133,10 @@ def _jobs(overrides: list[str], multirun: bool, dirs: tuple[Path, ...] = ()) -> 
     from fedbench.core.errors import ConfigError
     from fedbench.core.secrets import install, withhold
 
+    from fedbench.runs.interrupts import RECEIVED
+
     install()
+    RECEIVED.clear()  # a call's signals are its own: not those an earlier call took (a Ctrl-C in training)
     overrides = withhold(overrides)
     if not multirun and any(o.is_sweep_override() for o in _parsed(overrides)):  # before preflight's "add -m"
         raise ConfigError(f"{len(expand_jobs(overrides))} jobs in {overrides}: use fedbench.sweep for a grid")

@@ -19,6 +19,7 @@ from fedbench.engine.local import ClientData, objective_gradient
 from fedbench.engine.loop import Federation
 from fedbench.core.errors import ConfigError
 from fedbench.models import build_model
+from fedbench.runs.interrupts import raise_received
 
 
 @dataclass
@@ -256,6 +257,7 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
             eval_batch=eval_batch_size(cfg.model.name, device),
         )
         out.append((fed, info))
+    raise_received()  # a signal during the imports above (torch's) ends the job here, before its record starts
     return out
 
 

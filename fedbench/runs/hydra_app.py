@@ -158,11 +158,11 @@ def _hydra_task(cfg) -> float:
 
 
 def _run(cfg, job: HydraJob, worker: bool) -> float:
-    from fedbench.runs.interrupts import RECEIVED, received
-    from fedbench.runs.single import objective_value, run_job
+    from fedbench.runs.interrupts import received
 
-    RECEIVED.clear()  # a signal an earlier job of this process took (a notebook's Ctrl-C) is not this job's
     try:
+        from fedbench.runs.single import objective_value, run_job  # torch's import: a signal may come in it
+
         summary = run_job(cfg, job.out, tags=job.tags, sweep=job.multirun, label=job.label, log_file=job.log_file)
     except KeyboardInterrupt as exc:
         return interrupted(job, exc, worker)

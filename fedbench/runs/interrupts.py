@@ -78,7 +78,49 @@ def received() -> Interrupted | None:
     return Interrupted(RECEIVED[0]) if RECEIVED else None
 
 
+def raise_received() -> None:
+    """End the job now if a signal came whose interrupt never surfaced: torch's C start-up imports numpy and swallows
+    every exception of that import, an Interrupted included (the run then trained to its end and exited 0)."""
+    if (interrupt := received()) is not None:
+        raise interrupt
+
+
+def importing(frame) -> bool:
+    """Whether `frame` runs inside an import. An exception raised there leaves the module half-made, and inside torch's
+    C start-up (which imports numpy and registers Python callbacks) it is swallowed, so the run trains on, or it ends
+    the process with SIGABRT (pybind11: "terminate called after throwing an instance of error_already_set")."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_HELD: set[int] = set()  # signals that came during an import, delivered again when it ends
+
+
+def _after_import(signum: int) -> None:
+    """Deliver `signum` to the main thread again once it has left every import (a thread watches its frames)."""
+    import _thread
+    import time
+
+    main = threading.main_thread().ident
+
+    def watch():
+        while importing(sys._current_frames().get(main)):
+            time.sleep(0.01)
+        _HELD.discard(signum)
+        _thread.interrupt_main(signum)  # runs whatever handler the main thread has for it by then
+
+    _HELD.add(signum)
+    threading.Thread(target=watch, name="fedbench-signal-after-import", daemon=True).start()
+
+
 def _raise(signum, frame):
+    if importing(frame):  # raised after the import instead, whole
+        if signum not in _HELD:
+            _after_import(signum)
+        return
     RECEIVED.append(signum)
     raise Interrupted(signum)
 

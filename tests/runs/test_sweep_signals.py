@@ -169,8 +169,6 @@ def test_a_ray_task_takes_each_signal_written_in_the_stop_file(tmp_path, monkeyp
     it (GracefulInterrupt's: checkpoint after the round), the second one too; the task's own handlers come back."""
     from fedbench.runs import interrupts
 
-    monkeypatch.setattr(interrupts, "RECEIVED", [])  # the signal it takes is this test's alone
-
     stop_file = tmp_path / ".fedbench-stop"
     before = signal.getsignal(signal.SIGTERM)
     got = []
