@@ -99,6 +99,11 @@ class Algorithm:
         floats down are counted on it alone."""
         raise NotImplementedError
 
+    def work_of(self, work):
+        """The local work this method gives the clients of `work`: the run's schedule, or its own (FedADMM's and
+        FedProx's drawn E_i). The engine groups clients of similar work into chunks by it."""
+        return work
+
     def chains_clients(self) -> bool:
         """Whether a round's clients train one after another, each from the previous one's result (relay)."""
         return False

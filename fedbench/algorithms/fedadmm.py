@@ -103,9 +103,12 @@ class FedADMM(Algorithm):
             states["w"] = ClientStateSpec((self.setting.dim,), self._x0)
         return states
 
+    def work_of(self, work):
+        return with_hetero_epochs(work, self.hetero_epochs)  # E_i ~ U{1..E}, the client's own stream
+
     def client_update(self, down: State, client: State, work) -> tuple[State, State]:
         theta, y, rho = down["x"], client["y"], self.rho_at(work.round)  # A16: one rho for the whole round
-        work = with_hetero_epochs(work, self.hetero_epochs)
+        work = self.work_of(work)
         if self.chained:  # the previous client's result (relay), theta for the round's first
             w_start = down.get("start", theta)
         else:

@@ -31,9 +31,12 @@ class FedProx(FedAvg):
     def validate_schedule(self, local_steps: int | None, local_epochs: int | None) -> None:
         check_hetero_schedule(self.hetero_epochs, local_steps, local_epochs)
 
+    def work_of(self, work):
+        return with_hetero_epochs(work, self.hetero_epochs)  # E_i ~ U{1..E}, the client's own stream
+
     def client_update(self, down: State, client: State, work) -> tuple[State, State]:
         x = down["x"]
-        work = with_hetero_epochs(work, self.hetero_epochs)
+        work = self.work_of(work)
 
         def direction(t, W, G, batch):
             return G + self.mu * (W - x)  # grad h_i(w), eq. (2)

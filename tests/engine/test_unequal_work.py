@@ -97,3 +97,40 @@ def test_small_models_tolerate_more_idle_rows():
     from fedbench.engine.loop import work_spread
 
     assert work_spread(7_850) > 4 > 1.5 > work_spread(199_210) > 1.25 < work_spread(10**9) < 1.26
+
+
+def test_chunks_group_the_clients_by_the_work_the_algorithm_gives_them(monkeypatch):
+    """FedADMM's and FedProx's system heterogeneity draws each client's E_i inside the method: the engine groups
+    chunks by those draws (Algorithm.work_of), not by the configured E, which gave every client the same count and
+    left a chunk computing and masking its finished clients' rows (fedadmm/fig6 ci: 24% of its training time)."""
+    import fedbench.engine.loop as loop
+    from fedbench.algorithms.fedadmm import FedADMM
+
+    hetero = [*UNEQUAL, "dataset.size_growth=1.0", "dataset.samples_per_user=12", "local_epochs=4",
+              "algorithm=fedadmm", "algorithm.hetero_epochs=true", "rounds=2"]
+    grouped_by, taken = [], {}
+    work_groups_of = loop.work_groups
+
+    def recording_groups(steps, *args, **kwargs):
+        grouped_by.append(list(steps))
+        return work_groups_of(steps, *args, **kwargs)
+
+    update = FedADMM.client_update
+
+    def recording_update(self, down, client, work):
+        own = self.work_of(work)
+        taken.update(zip(work.ids.tolist(), own.steps.tolist()))
+        return update(self, down, client, work)
+
+    monkeypatch.setattr(loop, "work_groups", recording_groups)
+    monkeypatch.setattr(FedADMM, "client_update", recording_update)
+    fed = build(*hetero)
+    cohort = loop.sample_cohort(fed.seed, 1, fed.clients.num_clients, fed.clients_per_round).tolist()
+    grouped = run(fed)
+    assert [taken[i] for i in cohort] == grouped_by[-1]  # round 2's: each client's own draw, in cohort order
+    assert len(set(grouped_by[-1])) > 1 and set(grouped_by[-1]) <= {4, 8, 12, 16}  # E_i in {1..4}, 4 steps an epoch
+
+    monkeypatch.setattr(loop, "work_groups", work_groups_of)
+    fed_ungrouped = build(*hetero)
+    fed_ungrouped.group_by_work = False
+    assert torch.equal(run(fed_ungrouped).server["x"], grouped.server["x"])
