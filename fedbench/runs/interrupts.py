@@ -6,6 +6,7 @@ number (130, 143), as a shell reports a process killed by it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -83,6 +84,32 @@ def raise_received() -> None:
     every exception of that import, an Interrupted included (the run then trained to its end and exited 0)."""
     if (interrupt := received()) is not None:
         raise interrupt
+
+
+@contextlib.contextmanager
+def held_signals():
+    """SIGINT and SIGTERM wait until the block ends, then take their course: a write to the record that must not stop
+    half-made (MLflow's run created, its id not yet the run's: the run could not mark it KILLED, it stayed RUNNING)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum, frame):
+        if held:  # a second one: a store that does not answer must not hold the run
+            RECEIVED.append(signum)
+            raise Interrupted(signum)
+        held.append(signum)
+        print(f"\nfedbench: {describe(signum)}: stopping once the run's record is written ({describe(signum)} again to "
+              "stop now)", file=sys.stderr, flush=True)
+
+    previous = take_signals(hold)
+    try:
+        yield
+    finally:
+        give_back_signals(previous)
+        for signum in held:
+            signal.raise_signal(signum)  # to the handler the block held it from
 
 
 def importing(frame) -> bool:

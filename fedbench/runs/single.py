@@ -202,21 +202,22 @@ class Job:
                     f"{'at its targets' if at_targets else f'all {fed.rounds} rounds'}; nothing to resume")
                 return recorder.summary_of(done)
             say(f"resuming MLflow run {resumed_run_id} from round {self.state.round} ({self.checkpoint})")
-        self.run_id = recorder.start(
-            {
-                "partition_fingerprint": info.partition_fingerprint,
-                "dataset": cfg.dataset.name,
-                "algorithm": cfg.algorithm.name,
-                "config_hash": digest,
-                "executor": info.executor,
-                "device": info.device,
-                "run_dir": str(run_dir.resolve()),
-                **(tags or {}),
-                **(extra_tags or {}),
-            },
-            run_id=resumed_run_id,
-            logged_through=self.state.round,
-        )
+        with interrupts.held_signals():  # the record created and its id kept, or neither
+            self.run_id = recorder.start(
+                {
+                    "partition_fingerprint": info.partition_fingerprint,
+                    "dataset": cfg.dataset.name,
+                    "algorithm": cfg.algorithm.name,
+                    "config_hash": digest,
+                    "executor": info.executor,
+                    "device": info.device,
+                    "run_dir": str(run_dir.resolve()),
+                    **(tags or {}),
+                    **(extra_tags or {}),
+                },
+                run_id=resumed_run_id,
+                logged_through=self.state.round,
+            )
         interrupts.STARTED.append(str(run_dir))
         if self.label and tags and tags.get("overrides"):
             say(f"overrides: {tags['overrides']}")

@@ -180,6 +180,32 @@ def test_sigterm_during_start_up_promises_no_checkpoint(tmp_path, after):
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
 
 
+def test_a_signal_while_the_record_is_created_marks_it_killed(tmp_path, monkeypatch):
+    """A SIGTERM that came while MLflow created the run (its row written, its id not yet returned) left the run
+    RUNNING for ever: the job could not name it to mark it KILLED (seen about 2.5 s into a small run)."""
+    from mlflow.tracking import MlflowClient
+
+    from fedbench.runs import interrupts
+
+    create_run = MlflowClient.create_run
+
+    def create_then_signal(self, *args, **kwargs):
+        run = create_run(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs before this returns
+        return run
+
+    monkeypatch.setattr(MlflowClient, "create_run", create_then_signal)
+    previous = interrupts.take_signals(interrupts._raise)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_job_in(tmp_path, *SMALL, "rounds=3")
+    finally:
+        interrupts.give_back_signals(previous)
+    [run] = runs(tmp_path / "m.db")[1]
+    assert run.info.status == "KILLED"
+    assert "interrupted (SIGTERM)" in run.data.tags["failure_reason"]
+
+
 def test_an_interrupt_after_the_record_started_but_before_round_1_marks_it_killed(tmp_path, monkeypatch):
     from fedbench.runs.interrupts import Interrupted
     from fedbench.runs.single import Job
