@@ -21,6 +21,14 @@ auto / min(vmap, stacked, loop, padded), and the share of a round the evaluation
 test images adds to a round of the reference workload (bench_peers' mlp100: 10 clients x 5 steps of 50).
 
     python scripts/bench_engine.py --unequal [--models mclr,mlp_2nn,cnn] [--repeats 3]
+
+With --hetero: system heterogeneity as the FedADMM paper runs it (each client draws E_i ~ U{1..5} epochs every round
+inside FedADMM and FedProx), Fashion-MNIST, 100 IID clients of 600, B = 50, the fedadmm/fig6 model (784-64-10)
+and mlp_2nn. Columns: `own` (chunks grouped by the epochs each client draws: Algorithm.work_of) and `configured`
+(the engine before it: chunks grouped by the configured E, every client the same count, the finished ones computed
+and masked), with their ratio. The same numbers either way (tests/engine/test_unequal_work.py).
+
+    python scripts/bench_engine.py --hetero [--models fig6_fc,mlp_2nn] [--cohorts 10,100] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -221,6 +229,42 @@ def unequal_table(models: list[str], repeats: int, only: list[str] | None = None
         print(f"(partition {name}: not on Fashion-MNIST: {why})")
 
 
+def hetero_table(models: list[str], cohorts: list[int], repeats: int) -> None:
+    import fedbench.engine.loop as loop
+
+    own_steps = loop._own_steps
+
+    def configured(lane, round_):  # the engine before Algorithm.work_of: the run's schedule for every client
+        return lane.steps
+
+    def grouped_by(fn, steps_of):
+        def call():
+            loop._own_steps = steps_of
+            try:
+                fn()
+            finally:
+                loop._own_steps = own_steps
+        return call
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; FMNIST, 100 IID clients, E_i ~ U{{1..5}}, "
+          f"B=50; s/round (median of {repeats}+ interleaved rounds)")
+    header = f"{'algorithm':<9} {'model':<12} {'S':>4} | {'own':>8} {'configured':>10} | {'configured/own':>14}"
+    print(header)
+    print("-" * len(header))
+    for algorithm in ("fedadmm", "fedprox"):
+        for model in models:
+            for S in cohorts:
+                shape = ["model=fedadmm/fc", "model.hidden=64"] if model == "fig6_fc" else [f"model={model}"]
+                fed, _ = build_federation(compose([
+                    "dataset=fmnist", *shape, "num_clients=100", f"clients_per_round={S}", "partition=iid",
+                    f"algorithm={algorithm}", "algorithm.hetero_epochs=true", "local_steps=null", "local_epochs=5",
+                    "batch_size=50", "eta_l=0.05", "eval_every=0"]))
+                t = interleaved_medians({"own": grouped_by(engine_round(fed), own_steps),
+                                         "configured": grouped_by(engine_round(fed), configured)}, repeats)
+                print(f"{algorithm:<9} {model:<12} {S:>4} | {t['own']:>8.3f} {t['configured']:>10.3f} | "
+                      f"{t['configured'] / t['own']:>14.2f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=5)
@@ -229,12 +273,18 @@ def main() -> None:
     parser.add_argument("--cohorts", default="10,100")
     parser.add_argument("--batches", default="10,50")
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--hetero", action="store_true", help="system heterogeneity: chunks by the drawn E_i or not")
     parser.add_argument("--unequal", action="store_true", help="the unequal-client table (every partition)")
     parser.add_argument("--cohort", type=int, default=10, help="with --unequal: clients per round")
     parser.add_argument("--partitions", default="", help="with --unequal: only these rows (comma-separated labels' first words)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.hetero:
+        models = ["fig6_fc", "mlp_2nn"] if args.models == parser.get_default("models") else args.models.split(",")
+        hetero_table(models,
+                     [int(c) for c in args.cohorts.split(",")], args.repeats)
+        return
     if args.unequal:
         unequal_table(args.models.split(","), args.repeats, [p for p in args.partitions.split(",") if p], args.cohort)
         return
