@@ -112,13 +112,22 @@ def held_signals():
             signal.raise_signal(signum)  # to the handler the block held it from
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_OWN = (__file__, threading.__file__)  # the handler and its watcher's start: what the main thread runs as it holds one
+
+
 def importing(frame) -> bool:
-    """Whether `frame` runs inside an import. An exception raised there leaves the module half-made, and inside torch's
-    C start-up (which imports numpy and registers Python callbacks) it is swallowed, so the run trains on, or it ends
-    the process with SIGABRT (pybind11: "terminate called after throwing an instance of error_already_set")."""
+    """Whether `frame` runs inside an import that fedbench's work started (a lazy import of torch, of MLflow). An
+    exception raised there leaves the module half-made, and inside torch's C start-up (which imports numpy and
+    registers Python callbacks) it is swallowed, so the run trains on, or it ends the process with SIGABRT (pybind11:
+    "terminate called after throwing an instance of error_already_set"). An import further out than fedbench's own
+    work (a user's module that runs an experiment as it is imported) is not one: its signal is not held."""
     while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+        code = frame.f_code
+        if code.co_filename.startswith("<frozen importlib._bootstrap"):
             return True
+        if code.co_name != "<module>" and code.co_filename.startswith(_PACKAGE) and code.co_filename not in _OWN:
+            return False
         frame = frame.f_back
     return False
 

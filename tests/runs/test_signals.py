@@ -86,6 +86,29 @@ def test_a_signal_during_an_import_ends_the_command_after_the_import_whole(tmp_p
         sys.modules.pop("module_signalled_in_import", None)
 
 
+def test_an_import_further_out_than_fedbench_work_does_not_hold_its_signals(tmp_path, monkeypatch):
+    """A user's module that runs an experiment as it is imported: fedbench's work in it is not inside one of its own
+    imports, and a signal there raises at once (held, it would wait for the end of the whole experiment)."""
+    import importlib
+    import sys
+
+    from fedbench.runs import interrupts
+
+    (tmp_path / "experiment_run_on_import.py").write_text(
+        "import sys\nfrom fedbench.runs.single import next_step\nMODULE = sys._getframe()\n\n\n"
+        "class Folder:  # next_step(folder) asks for folder / 'checkpoint.pt': the frame asking is fedbench's\n"
+        "    def __truediv__(self, name):\n        global FEDBENCH\n        FEDBENCH = sys._getframe(1)\n"
+        "        return self\n\n    def is_file(self):\n        return False\n\n\nnext_step(Folder())\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        module = importlib.import_module("experiment_run_on_import")
+    finally:
+        sys.modules.pop("experiment_run_on_import", None)
+    assert module.FEDBENCH.f_code.co_name == "next_step"
+    assert interrupts.importing(module.MODULE)  # the module's own code: inside its import
+    assert not interrupts.importing(module.FEDBENCH)  # fedbench's work under it: not
+
+
 def _swallowed_signal() -> None:
     """A SIGTERM whose interrupt the code it came in swallows (torch's C start-up, importing numpy, catches every
     exception): only interrupts.RECEIVED remembers it."""
