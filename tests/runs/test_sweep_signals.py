@@ -185,3 +185,28 @@ def test_a_ray_task_takes_each_signal_written_in_the_stop_file(tmp_path, monkeyp
             time.sleep(0.01)
         assert got == [signal.SIGINT]
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_worker_still_starting_is_not_sent_the_signal_it_would_die_of(tmp_path):
+    """SIGTERM 4.5-5.7 s into a joblib sweep reached workers still starting (SIGTERM at its default): they died, and
+    the parent printed joblib's TerminatedWorkerError through Hydra and exited 1. A worker is sent the signal once
+    it takes it; before, it finds the stop file when its job starts."""
+    from fedbench.runs import interrupts
+
+    starting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    armed = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\n"
+                              "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\nprint('armed', flush=True)\n"
+                              "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert armed.stdout.readline() == "armed\n"
+        assert not interrupts.takes_signal(starting.pid, signal.SIGTERM)
+        assert interrupts.takes_signal(armed.pid, signal.SIGTERM)
+        stop = interrupts.SweepStop(tmp_path, workers=lambda: [starting.pid, armed.pid])
+        assert stop.forward(signal.SIGTERM) == 2
+        assert armed.wait(timeout=30) == 7  # its handler ran
+        time.sleep(0.2)
+        assert starting.poll() is None  # alive: it would have died of it
+    finally:
+        for proc in (starting, armed):
+            proc.kill()
+            proc.wait()
