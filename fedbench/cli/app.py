@@ -38,9 +38,9 @@ def main(
     ] = False,
 ) -> None:
     """fedbench: run federated-optimization experiments from Hydra configs."""
-    from fedbench.runs.interrupts import RECEIVED
+    from fedbench.runs.interrupts import forget_signals
 
-    RECEIVED.clear()  # a command's signals are its own: not those an earlier command of this process took
+    forget_signals()
 
 
 for _module in (run, listing, data, reproduce, attack, report, plot):  # the order of `fedbench --help`

@@ -197,9 +197,9 @@ def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list
     if fed0.clients.on_demand and ids is None and r + 1 < max(fed.rounds for fed in feds):  # and the next round's while this one trains
         fed0.clients.prefetch([i for fed in feds for i in
                                sample_cohort(fed.seed, r + 1, fed.clients.num_clients, fed.clients_per_round).tolist()])
-    for lane in lanes:  # a method that sets its clients' work (FedADMM's E_i): chunks of similar work by it
-        if type(lane.fed.algorithm).work_of is not Algorithm.work_of:
-            lane.work_steps = _own_steps(lane, r)
+    # a method that sets its clients' work (FedADMM's E_i): chunks of similar work by it
+    work_steps = [_own_steps(lane, r) if type(lane.fed.algorithm).work_of is not Algorithm.work_of else lane.steps
+                  for lane in lanes]
     classes: dict[tuple, list[int]] = {}
     for k, fed in enumerate(feds):
         classes.setdefault(mixing_key(fed) if len(feds) > 1 else (), []).append(k)
@@ -211,7 +211,7 @@ def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list
         rows = [(k, p) for k in members for p in range(len(lanes[k].ids))]
         spread = work_spread(fed0.flat.dim) if fed0.group_by_work else math.inf
         chunks += [[rows[i] for i in group]
-                   for group in work_groups([lanes[k].work_steps[p] for k, p in rows], fed0.client_chunk, spread)]
+                   for group in work_groups([work_steps[k][p] for k, p in rows], fed0.client_chunk, spread)]
     works = [_chunk_work(lanes, chunk) for chunk in chunks]
 
     prepared: list[State | None] = [None] * len(lanes)
@@ -263,11 +263,6 @@ class _Lane:
     down: State
     lr: float
     steps: list[int]  # the run's schedule (what an observer of the round assumes: attacks.dlg)
-    work_steps: list[int] | None = None  # what each client takes: the algorithm's own work where it sets it
-
-    def __post_init__(self):
-        if self.work_steps is None:
-            self.work_steps = self.steps
 
 
 def _own_steps(lane: _Lane, round_: int) -> list[int]:

@@ -132,11 +132,10 @@ def _jobs(overrides: list[str], multirun: bool, dirs: tuple[Path, ...] = ()) -> 
     from fedbench.config.preflight import expand_jobs, preflight
     from fedbench.core.errors import ConfigError
     from fedbench.core.secrets import install, withhold
-
-    from fedbench.runs.interrupts import RECEIVED
+    from fedbench.runs.interrupts import forget_signals
 
     install()
-    RECEIVED.clear()  # a call's signals are its own: not those an earlier call took (a Ctrl-C in training)
+    forget_signals()
     overrides = withhold(overrides)
     if not multirun and any(o.is_sweep_override() for o in _parsed(overrides)):  # before preflight's "add -m"
         raise ConfigError(f"{len(expand_jobs(overrides))} jobs in {overrides}: use fedbench.sweep for a grid")

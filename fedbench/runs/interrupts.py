@@ -79,6 +79,11 @@ def received() -> Interrupted | None:
     return Interrupted(RECEIVED[0]) if RECEIVED else None
 
 
+def forget_signals() -> None:
+    """A command's, a call's or a worker's job's signals are its own: not those an earlier one of this process took."""
+    RECEIVED.clear()
+
+
 def raise_received() -> None:
     """End the job now if a signal came whose interrupt never surfaced: torch's C start-up imports numpy and swallows
     every exception of that import, an Interrupted included (the run then trained to its end and exited 0)."""
@@ -113,7 +118,6 @@ def held_signals():
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_OWN = (__file__, threading.__file__)  # the handler and its watcher's start: what the main thread runs as it holds one
 
 
 def importing(frame) -> bool:
@@ -126,7 +130,8 @@ def importing(frame) -> bool:
         code = frame.f_code
         if code.co_filename.startswith("<frozen importlib._bootstrap"):
             return True
-        if code.co_name != "<module>" and code.co_filename.startswith(_PACKAGE) and code.co_filename not in _OWN:
+        # this module's frames are the handler and its watcher's start, what the main thread runs as it holds one
+        if code.co_name != "<module>" and code.co_filename.startswith(_PACKAGE) and code.co_filename != __file__:
             return False
         frame = frame.f_back
     return False
@@ -319,7 +324,7 @@ def arm_worker(armed: bool) -> None:
     """A worker takes a signal as an interrupt while it runs a job (armed) and ignores it between jobs,
     where it would end the worker process and, with it, the pool the other jobs run in."""
     if armed:
-        RECEIVED.clear()  # an earlier job's signal is not this one's
+        forget_signals()
     if threading.current_thread() is threading.main_thread():
         for signum in SIGNALS:
             signal.signal(signum, _raise if armed else signal.SIG_IGN)
@@ -353,7 +358,7 @@ class StopWatch:
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> StopWatch:
-        RECEIVED.clear()  # an earlier task's signal in this worker is not this one's
+        forget_signals()
         self._previous = take_signals(_raise)
         self._thread = threading.Thread(target=self._watch, name="fedbench-stop-watch", daemon=True)
         self._thread.start()
