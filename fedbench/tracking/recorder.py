@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fedbench.core.errors import FedbenchError, is_disk_full, write_failure
 from fedbench.core.secrets import password_hint, redact
+from fedbench.tracking.metric_rows import write_batch
 from fedbench.tracking.plots import plot_curves, setting_title
 from fedbench.tracking.store import (StoreError, StoreUnreachableError, bound_http_retries, one_attempt, one_line, open_store, probe_server,
                                      resolve_tracking_uri)
@@ -328,7 +329,7 @@ class Recorder:
     def flush(self, metrics: list | None = None, tags: dict[str, str] | None = None) -> None:
         """Write the buffered rounds, whole rounds per batch (a batch is one transaction, so a crash
         never leaves half a round in the record), with `metrics` (as one more round) and `tags` in the
-        last batch: one store call for all where MLflow's limit of 1000 metrics a call allows."""
+        last batch: one transaction for all where MLflow's limit of 1000 metrics a call allows."""
         from mlflow.entities import RunTag
 
         units = [*self._pending, *([metrics] if metrics else [])]
@@ -343,7 +344,7 @@ class Recorder:
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
             if batch or (last and tagged):
-                self.client.log_batch(self.run_id, metrics=batch, tags=tagged if last else [])
+                write_batch(self.client, self.run_id, batch, tagged if last else [])
         self._pending = []
         self._last_flush = time.monotonic()
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from fedbench.tracking import metric_rows
 from tests.conftest import make_cfg, require_data
 from tests.faultkit import SMALL, env, error_lines, fedbench, runs
 
@@ -89,6 +90,7 @@ def _full_disk_after(monkeypatch, ok_calls: int, everything: bool):
 
     monkeypatch.setattr(MlflowClient, "log_batch", log_batch)
     monkeypatch.setattr(MlflowClient, "set_terminated", set_terminated)
+    monkeypatch.setattr(metric_rows, "sql_store", lambda client: None)  # every write through the patched log_batch
 
 
 @pytest.mark.parametrize("everything", [False, True], ids=["metrics-table-full", "whole-store-full"])
@@ -131,6 +133,7 @@ def test_a_tracking_server_that_dies_mid_run_ends_it_with_one_line(tmp_path, mon
         return real(self, run_id, metrics=metrics, **kw)
 
     monkeypatch.setattr(MlflowClient, "log_batch", log_batch)
+    monkeypatch.setattr(metric_rows, "sql_store", lambda client: None)  # a server's store: log_batch over HTTP
     with pytest.raises(StoreError, match="Max retries exceeded.*the run stopped at round 3.*fedbench resume") as info:
         _run(tmp_path, "rounds=5", "tracking.checkpoint_every=1")
     assert "\n" not in str(info.value)

@@ -122,7 +122,22 @@ def test_errors_come_back_as_raised():
     assert isinstance(back, StoreError) and "Unpicklable: lost" in str(back)
 
 
-def test_a_run_s_end_writes_its_targets_in_one_store_call(tmp_path):
+def count_batches(monkeypatch) -> list[dict]:
+    """The recorder's store writes from now on (tracking.metric_rows.write_batch: one transaction each), as
+    {"metrics": [...], "tags": [...]}."""
+    from fedbench.tracking import recorder as recording
+
+    calls, write_batch = [], recording.write_batch
+
+    def counted(client, run_id, metrics, tags=()):
+        calls.append({"metrics": list(metrics), "tags": list(tags)})
+        return write_batch(client, run_id, metrics, tags)
+
+    monkeypatch.setattr(recording, "write_batch", counted)
+    return calls
+
+
+def test_a_run_s_end_writes_its_targets_in_one_store_call(tmp_path, monkeypatch):
     """A store call costs ~25 ms however much it holds: a grid's runs each ending with a call per target tag and
     per target metric spent seconds on them. The record holds every target's tag, and the reached ones' metrics."""
     from fedbench.tracking.recorder import Recorder
@@ -134,9 +149,7 @@ def test_a_run_s_end_writes_its_targets_in_one_store_call(tmp_path):
     for row in history:
         recorder.log_round(row)
     recorder.flush()
-    calls = []
-    log_batch = recorder.client.log_batch
-    recorder.client.log_batch = lambda *args, **kwargs: calls.append(kwargs) or log_batch(*args, **kwargs)
+    calls = count_batches(monkeypatch)
     recorder.finish(history, artifacts=False)
     assert len(calls) == 1
     run = recorder.client.get_run(run_id)
@@ -165,15 +178,15 @@ def test_a_run_s_curves_are_drawn_while_its_end_waits_on_the_store(tmp_path, mon
     recorder.check_reachable()
     run_id = recorder.start({})
     history = [{"round": 1, "test_accuracy": 0.2, "test_loss": 2.0}, {"round": 2, "test_accuracy": 0.4, "test_loss": 1.0}]
-    log_batch, overlapped = recorder.client.log_batch, []
-    recorder.client.log_batch = lambda *args, **kwargs: overlapped.append(drawing.wait(5)) or log_batch(*args, **kwargs)
+    overlapped, write_batch = [], recording.write_batch
+    monkeypatch.setattr(recording, "write_batch", lambda *args: overlapped.append(drawing.wait(5)) or write_batch(*args))
     summary = recorder.finish(history)
     assert overlapped == [True]
     assert summary["artifacts"] == ["config.yaml", "metrics.csv", "curves.png"]
     assert {a.path for a in recorder.client.list_artifacts(run_id)} == {"config.yaml", "metrics.csv", "curves.png"}
 
 
-def test_a_run_s_last_rounds_and_targets_are_one_store_call_before_its_checkpoint_and_its_end_reads_nothing_back(tmp_path):
+def test_a_run_s_last_rounds_and_targets_are_one_store_call_before_its_checkpoint_and_its_end_reads_nothing_back(tmp_path, monkeypatch):
     """Job.save writes the run's buffered rounds with its rounds-to-target in one store call (record_end), then
     checkpoints: the checkpoint never claims rounds or targets the record lacks. A run this process created
     reads nothing back at its end (its artifact folder is its creation's). Resumed after that write and ended
@@ -187,9 +200,8 @@ def test_a_run_s_last_rounds_and_targets_are_one_store_call_before_its_checkpoin
     history = [{"round": r, "test_accuracy": a, "floats_up": 10.0 * r} for r, a in ((1, 0.2), (2, 0.4), (3, 0.6))]
     for row in history:
         recorder.log_round(row)
-    calls, reads = [], []
-    log_batch, get_run = recorder.client.log_batch, recorder.client.get_run
-    recorder.client.log_batch = lambda *args, **kwargs: calls.append(kwargs) or log_batch(*args, **kwargs)
+    calls, reads = count_batches(monkeypatch), []
+    get_run = recorder.client.get_run
     recorder.client.get_run = lambda *args, **kwargs: reads.append(args) or get_run(*args, **kwargs)
     recorder.record_end(history)
     assert len(calls) == 1 and len(calls[0]["metrics"]) == 3 * 2 + 2 and len(calls[0]["tags"]) == 3
@@ -209,7 +221,7 @@ def test_a_run_s_last_rounds_and_targets_are_one_store_call_before_its_checkpoin
     assert again.summary_of(get_run(run_id))["rounds_to_target"] == {0.3: 2, 0.5: 3, 0.9: None}
 
 
-def test_a_run_s_end_in_one_call_keeps_within_mlflow_s_limit_of_1000_metrics_and_tags_a_call(tmp_path):
+def test_a_run_s_end_in_one_call_keeps_within_mlflow_s_limit_of_1000_metrics_and_tags_a_call(tmp_path, monkeypatch):
     """record_end adds the rounds-to-target (metrics and tags) to the last rounds' call: MLflow refuses a call of
     more than 1000 metrics and tags together (a tracking server answers it with an error; the SQL store takes
     it), so a call that would pass it is split, whole rounds each."""
@@ -223,9 +235,7 @@ def test_a_run_s_end_in_one_call_keeps_within_mlflow_s_limit_of_1000_metrics_and
     history = [{"round": r, "test_accuracy": 0.6, **{f"m{i}": float(r + i) for i in range(9)}} for r in range(1, 100)]
     for row in history:
         recorder.log_round(row)
-    calls = []
-    log_batch = recorder.client.log_batch
-    recorder.client.log_batch = lambda *args, **kwargs: calls.append(kwargs) or log_batch(*args, **kwargs)
+    calls = count_batches(monkeypatch)
     recorder.record_end(history)  # 99 rounds x 10 metrics, 10 target metrics and 10 target tags
     assert all(len(c["metrics"]) + len(c["tags"]) <= 1000 for c in calls) and len(calls) == 2
     client = recorder.client
