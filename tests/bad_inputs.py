@@ -111,7 +111,14 @@ CASES: list[tuple[str, str]] = [
     # caught by the schema's one checker (issue 17): every key has a type, and a did-you-mean when unknown
     ("tracking.artifacts=3", "tracking.artifacts must be true or false, got 3"),
     ("data.download=maybe", "data.download must be true or false, got 'maybe'"),
-    ("tracking.uri=5", "tracking.uri must be a string or null, got 5"),
+    ("tracking.uri=5", "databricks or file:<folder> or null, got 5"),
+    ("tracking.uri=mlflow.db", "tracking.uri must be an MLflow tracking URI: sqlite:///<file> (sqlite:////<absolute file>), "
+                               "http(s)://<server>, postgresql|mysql|mssql[+driver]://<database>, databricks or file:<folder> "
+                               "or null, got 'mlflow.db'"),
+    ("tracking.uri=sqlite://m.db", "tracking.uri must be an MLflow tracking URI: sqlite:///<file>"),
+    ("tracking.uri=ftp://alice:pw@host/m", "tracking.uri must be an MLflow tracking URI: sqlite:///<file> (sqlite:////<absolute "
+                                           "file>), http(s)://<server>, postgresql|mysql|mssql[+driver]://<database>, "
+                                           "databricks or file:<folder> or null, got 'ftp://alice:***@host/m'"),
     ("algorithm=fedprox algorithm.mu=abc", "algorithm.mu must be a number, got 'abc'"),
     ("model=mlp_2nn model.hidden=1.5", "model.hidden must be an integer, got 1.5"),
     ("engine.exector=vmap", "Unknown key engine.exector. Valid: client_chunk, client_state_device, device, dtype, "

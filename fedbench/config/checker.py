@@ -17,6 +17,7 @@ from typing import Any, Literal, Union
 from fedbench.config.schema import Spec, spec_of
 from fedbench.config.suggest import nested_key
 from fedbench.core.errors import ConfigError, did_you_mean, unknown_choice
+from fedbench.core.secrets import redact
 
 _WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
           dict: "a mapping"}
@@ -122,7 +123,7 @@ def check_value(key: str, value: Any, tp, s: Spec) -> None:
     if isinstance(value, str) and s.max_length is not None and len(value) > s.max_length:
         raise ConfigError(f"{key} must be at most {s.max_length} characters (the size of the column MLflow's SQL stores "
                           f"keep it in), got {len(value)}: {value[:40]!r}...")
-    raise ConfigError(f"{key} must be {describe(tp, s)}{hint}, got {value!r}")
+    raise ConfigError(f"{key} must be {describe(tp, s)}{hint}, got {redact(repr(value))}")  # a URI's password masked
 
 
 def unknown_key(where: str, key: str, valid: list[str]) -> ConfigError:

@@ -14,6 +14,9 @@ from typing import Any, Literal, Optional
 
 MAX_SEED = 2**63 - 1  # the random streams hash the seed as a signed 64-bit integer
 DEVICE = r"auto|cpu|mps|cuda(:\d+)?"
+# the stores MLflow opens (its tracking-store registry's schemes); a path without one would be its
+# retired file store, a sqlite:// without a third slash an in-memory store that keeps nothing
+TRACKING_URI = r"(?i)(sqlite:///|https?://|(postgresql|mysql|mssql)(\+\w+)?://|file:|databricks(-uc)?(://|$)|uc(://|$)).*"
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,10 @@ class Engine:
 
 @dataclass
 class Tracking:
-    uri: Optional[str] = spec("MLflow tracking URI (null = the local store)")
+    uri: Optional[str] = spec("MLflow tracking URI (null = the local store)", pattern=TRACKING_URI,
+                              valid="an MLflow tracking URI: sqlite:///<file> (sqlite:////<absolute file>), "
+                                    "http(s)://<server>, postgresql|mysql|mssql[+driver]://<database>, "
+                                    "databricks or file:<folder>")
     experiment: str = spec("MLflow experiment", nonempty=True, valid="the name of an MLflow experiment",
                            max_length=256)
     run_name: Optional[str] = spec("MLflow run name", max_length=250)
