@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from fedbench.core.errors import ConfigError
+from fedbench.core.errors import ConfigError, FedbenchError, write_failure
 from fedbench.core.ownership import describe_entry
 
 
@@ -49,6 +49,12 @@ def check_output_file(path, option: str, create_folders: bool = False) -> None:
     if Path(path).is_dir() and not Path(path).is_symlink():
         raise ConfigError(f"{option} {path} is a folder; give a file name")
     check_destination(Path(path), option)
+    try:  # a file system that takes no new file (/proc, /sys, a read-only mount) even where access() says yes
+        fd, probe = tempfile.mkstemp(prefix=f".{Path(path).name}.", suffix=".probe", dir=existing)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"{option} {path}: {write_failure(exc, existing)}; choose another path") from None
 
 
 def write_output(path: Path, data: str | bytes, option: str | None = None, encoding: str = "utf-8") -> Path:
@@ -58,14 +64,19 @@ def write_output(path: Path, data: str | bytes, option: str | None = None, encod
     path.parent.mkdir(parents=True, exist_ok=True)
     check_destination(path, option)
     payload = data.encode(encoding) if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise FedbenchError(f"cannot write {path}: {write_failure(exc, path.parent)}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
         os.chmod(tmp, 0o666 & ~_umask())  # as a plain open() would have made it, not mkstemp's 0600
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):  # a full disk, a quota: one line, the old file (if any) kept
+            raise FedbenchError(f"cannot write {path}: {write_failure(exc, path.parent)}") from None
         raise
     return path
 

@@ -108,3 +108,41 @@ def test_a_figure_goes_through_the_same_door(tmp_path, victim):
     fig, ax = plt.subplots()
     paths = save_figure(fig, tmp_path / "curves")
     assert [p.read_bytes()[:4] for p in paths] == [b"\x89PNG", b"%PDF"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_a_folder_that_takes_no_new_file_is_refused_before_any_work():
+    """/proc (and /sys, a read-only mount) answers access(W_OK) with yes for root, then refuses the file: the check
+    creates and removes a file of its own there, as the write will."""
+    with pytest.raises(ConfigError, match=r"^--output /proc/version: cannot write to /proc: .*; choose another path$"):
+        check_output_file("/proc/version", "--output")
+
+
+def test_a_write_the_disk_refuses_is_one_line_and_keeps_the_old_file(tmp_path, monkeypatch):
+    import errno
+
+    from fedbench.core.errors import FedbenchError
+
+    path = tmp_path / "report.md"
+    write_output(path, "old\n")
+    real = output_files.os.fdopen
+
+    class Full:
+        def __init__(self, fd, mode):
+            self.f = real(fd, mode)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(output_files.os, "fdopen", Full)
+    with pytest.raises(FedbenchError) as failed:
+        write_output(path, "new\n", "--output")
+    assert str(failed.value).startswith(f"cannot write {path}: no space left on the disk of {tmp_path} (")
+    assert "\n" not in str(failed.value) and not isinstance(failed.value, ConfigError)
+    assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["report.md"]
