@@ -168,6 +168,7 @@ CASES: list[tuple[str, str]] = [
     ("data.binary_classes=[0,1,2,3,4,5,6,7,8,9]", "names every class, a task with one label"),
     ("tracking.experiment=" + "e" * 300, "tracking.experiment must be at most 256 characters"),
     ("tracking.run_name=" + "r" * 300, "tracking.run_name must be at most 250 characters"),
+    ("hydra.run.dir=" + "d" * 300, "cannot create the output folder " + "d" * 300 + ": File name too long; set hydra.run.dir"),
     # issue 36 (fedadmm)
     ("algorithm=fedprox algorithm.hetero_epochs=true local_steps=5 local_epochs=null",
      "algorithm.hetero_epochs=true draws E_i from {1..local_epochs}, but local_epochs=null"),
@@ -237,6 +238,8 @@ COMMAND_CASES: list[tuple[str, str]] = [
      "malformed YAML in <tmp>/conf_bad_yaml/config.yaml, line"),
     ("FEDBENCH_CONF={tmp}/nowhere run rounds=1", "no config.yaml in the config directory <tmp>/nowhere (from FEDBENCH_CONF)"),
     ("resume {tmp}/run_checkpoint_empty", "checkpoint.pt is not a readable checkpoint"),
+    ("run hydra.run.dir={tmp}/link_loop/run", "cannot create the output folder <tmp>/link_loop/run: Symlink loop from"),
+    ("report --output /proc/version", "--output /proc/version: cannot write to /proc:"),
     ("resume {tmp}/run_checkpoint_not_a_dict", "checkpoint.pt is not a fedbench checkpoint (it holds a list)"),
     ("resume {tmp}/run_checkpoint_old_layout", "checkpoint.pt does not match this run (missing history, tables)"),
     ("resume {tmp}/run_checkpoint_wrong_types", "checkpoint.pt does not match this run (round is a str)"),
@@ -301,6 +304,8 @@ COMMAND_CASES: list[tuple[str, str]] = [
 def make_fixtures(tmp: Path) -> None:
     """The files COMMAND_CASES refer to: small IDX files in the original format, an MLflow store
     with one finished run, a file that is not a database."""
+    (tmp / "link_loop").symlink_to(tmp / "link_loop_back")  # two links that name each other
+    (tmp / "link_loop_back").symlink_to(tmp / "link_loop")
     import numpy as np
     from mlflow.tracking import MlflowClient
 

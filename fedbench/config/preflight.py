@@ -294,13 +294,21 @@ def check_output_value(placement: list[str]) -> None:
 def check_output_dir(cfg, multirun: bool) -> None:
     """The run (or sweep) folder of a config composed with Hydra's settings must be creatable:
     Hydra would fail with a traceback."""
-    import os
-
     try:
         folder = Path(str(cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir))
     except Exception:  # an interpolation that only resolves inside the job: checked when it starts
         return
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    try:
+        _check_output_dir(cfg, folder, key, multirun)
+    except (OSError, RuntimeError) as exc:  # a name too long, a loop of links: what creating it would meet
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"cannot create the output folder {folder}: {why}; set {key}") from None
+
+
+def _check_output_dir(cfg, folder: Path, key: str, multirun: bool) -> None:
+    import os
+
     if folder.resolve() == Path.cwd().resolve():  # resolved: `$PWD`, `./.`, `outputs/..` are the current folder too
         raise ConfigError(f"{key}={str(folder)!r} is the current folder: the run's checkpoint and .hydra/ would be "
                           f"written into it; name a folder of its own, e.g. {key}=outputs/my_run")

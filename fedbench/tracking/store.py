@@ -288,6 +288,8 @@ def store_lock(uri: str, create: bool = False, timeout: float = 600):
     try:
         if create:
             db.parent.mkdir(parents=True, exist_ok=True)
+        # FileLock retries a lock file it cannot create (/proc, a vanished folder) silently until its timeout
+        os.close(os.open(str(db) + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666))
         lock = FileLock(str(db) + ".lock", timeout=timeout)
         lock.acquire()
     except OSError as exc:

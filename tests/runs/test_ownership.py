@@ -224,6 +224,34 @@ def test_a_sweep_relaunched_while_the_first_runs_stops_in_one_line(tmp_path):
 
 # 9. Every opener of a store takes its lock --------------------------------------------------------------
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_a_store_whose_lock_cannot_be_made_is_one_line_at_once():
+    """/proc takes no new file: filelock retried the lock file silently for its 600 s timeout (a run printed
+    nothing for ten minutes); the lock file is made first, and a failure is the store's one line."""
+    import time
+
+    from fedbench.core.errors import FedbenchError
+    from fedbench.tracking.store import store_lock
+
+    start = time.monotonic()
+    with pytest.raises(FedbenchError, match=r"^cannot use the MLflow tracking store sqlite:////proc/m\.db: No such file"):
+        with store_lock("sqlite:////proc/m.db", create=True):
+            pass
+    assert time.monotonic() - start < 30
+
+
+def test_a_link_where_the_store_lock_goes_is_refused_not_followed(tmp_path):
+    from fedbench.core.errors import FedbenchError
+    from fedbench.tracking.store import store_lock
+
+    victim = tmp_path / "victim"
+    (tmp_path / "m.db.lock").symlink_to(victim)
+    with pytest.raises(FedbenchError, match="cannot use the MLflow tracking store"):
+        with store_lock(f"sqlite:///{tmp_path}/m.db", create=True):
+            pass
+    assert not victim.exists()
+
+
 def test_every_store_opener_holds_the_store_lock_while_it_opens(monkeypatch, tmp_path):
     """`fedbench report`, `plot` (load_runs), the API's history read and a run's open_store each make their
     MlflowClient, which creates or migrates a fresh SQLite store, under the lock beside the database."""
