@@ -168,6 +168,10 @@ CASES: list[tuple[str, str]] = [
     ("data.binary_classes=[0,1,2,3,4,5,6,7,8,9]", "names every class, a task with one label"),
     ("tracking.experiment=" + "e" * 300, "tracking.experiment must be at most 256 characters"),
     ("tracking.run_name=" + "r" * 300, "tracking.run_name must be at most 250 characters"),
+    ("-m eta_l=interval(0.01,1)", "eta_l=interval(0.01,1) is an interval to search, which a grid cannot list: give "
+                                  "values (choice(...), range(...) or a,b,c), or search it with hydra/sweeper=optuna"),
+    ("-m seed=range(3,3)", "seed=range(3,3) lists no value: the grid has no job"),
+    ("--config-name mine", "--config-name is not a flag of fedbench run: its primary config is fedbench's own"),
     ("hydra.run.dir=" + "d" * 300, "cannot create the output folder " + "d" * 300 + ": File name too long; set hydra.run.dir"),
     # issue 36 (fedadmm)
     ("algorithm=fedprox algorithm.hetero_epochs=true local_steps=5 local_epochs=null",

@@ -67,8 +67,16 @@ def expand_jobs(overrides: list[str]) -> list[list[str]]:
     `seed=range(0,100000000)` is one line at once, not minutes and gigabytes of override lists."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    from hydra.core.override_parser.types import IntervalSweep
+
     parsed = OverridesParser.create().parse_overrides(overrides)
+    for o in parsed:
+        if isinstance(o.value(), IntervalSweep):
+            raise ConfigError(f"{o.input_line} is an interval to search, which a grid cannot list: give values "
+                              f"(choice(...), range(...) or a,b,c), or search it with hydra/sweeper=optuna")
     lengths = [(o.get_key_element(), sweep_length(o)) for o in parsed if o.is_sweep_override()]
+    if empty := [o.input_line for o in parsed if o.is_sweep_override() and sweep_length(o) == 0]:
+        raise ConfigError(f"{empty[0]} lists no value: the grid has no job")
     if (size := math.prod(length for _, length in lengths)) > MAX_GRID_JOBS:
         axes = " x ".join(f"{key} ({length:,})" for key, length in lengths)
         raise ConfigError(f"a grid of {size:,} jobs ({axes}); at most {MAX_GRID_JOBS:,} are run from one command line "
@@ -101,6 +109,12 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
     from fedbench.config.compose import compose
     from fedbench.config.validate import validate
 
+    for flag in argv:  # the primary config is fedbench's: preflight, resume and the record all read conf/config.yaml
+        name = flag.split("=")[0]
+        if name in ("--config-name", "-cn", "--config-path", "-cp", "--experimental-rerun"):
+            raise ConfigError(f"{name} is not a flag of fedbench run: its primary config is fedbench's own; add your "
+                              "groups with --config-dir DIR (or FEDBENCH_CONF), continue a run with fedbench resume DIR "
+                              "(fedbench run --hydra-help lists the flags it passes to Hydra)")
     overrides = hydra_overrides(argv)
     check_plugins(overrides)
     extra = extra_config_dirs(argv)
