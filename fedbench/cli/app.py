@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import signal
 import sys
 import threading
 from typing import Annotated, NoReturn
@@ -99,6 +101,15 @@ def exit_now(code: int | str | None) -> NoReturn:
     status = 0 if code is None else code if isinstance(code, int) else 1
     if isinstance(code, str):
         print(code, file=sys.stderr)
+    if threading.current_thread() is threading.main_thread():  # the command's work is over: a signal now (a late
+        def at_once(signum, frame):                             # Ctrl-C while loky's threads end) ends the exit at
+            for stream in (sys.stdout, sys.stderr):             # once with the command's status, not a traceback
+                with contextlib.suppress(OSError, ValueError):
+                    stream.flush()
+            os._exit(status)
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, at_once)
     if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
         sys.exit(status)
     atexit._run_exitfuncs()

@@ -89,8 +89,9 @@ class SweepCallback(Callback):
         launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
         global STOPPING  # the jobs run in worker processes: a signal is forwarded to them
         if "joblib" in launcher.lower():
-            from fedbench.runs.interrupts import SweepStop
+            from fedbench.runs.interrupts import SweepStop, shield_joblib_workers
 
+            shield_joblib_workers()
             STOPPING = SweepStop(Path(str(config.hydra.sweep.dir))).__enter__()
         elif launcher.endswith("hydra_ray_launcher.ray_launcher.RayLauncher"):
             from fedbench.runs.interrupts import SweepStop

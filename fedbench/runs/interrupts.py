@@ -322,12 +322,55 @@ def sweep_stop_file() -> Path | None:
 
 def arm_worker(armed: bool) -> None:
     """A worker takes a signal as an interrupt while it runs a job (armed) and ignores it between jobs,
-    where it would end the worker process and, with it, the pool the other jobs run in."""
+    where it would end the worker process and, with it, the pool the other jobs run in. A worker started
+    with the signals blocked (shielded_start) gets the ones that came meanwhile here, armed."""
     if armed:
         forget_signals()
     if threading.current_thread() is threading.main_thread():
         for signum in SIGNALS:
             signal.signal(signum, _raise if armed else signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+
+
+@contextlib.contextmanager
+def shielded_starts():
+    """Worker processes started inside (from this thread) take no signal until arm_worker unblocks them: SIGNALS
+    are blocked in this thread, and a child inherits the mask over fork and exec. A signal that reaches the
+    parent meanwhile waits until the block ends, it is not lost."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _shielded(start):
+    """`start` (a function that forks and execs a worker) inside shielded_starts."""
+    import functools
+
+    @functools.wraps(start)
+    def started(*args, **kwargs):
+        with shielded_starts():
+            return start(*args, **kwargs)
+
+    started.shielded = True
+    return started
+
+
+def shield_joblib_workers() -> None:
+    """A terminal's Ctrl-C goes to every process of its foreground group: a joblib (loky) worker still starting
+    (importing torch to unpickle its job) or waiting for one died of the KeyboardInterrupt, and the parent printed
+    joblib's BrokenProcessPool or TerminatedWorkerError through Hydra and exited 1. Loky's workers are started
+    here with the signals blocked until their job arms them; the parent forwards its signal to the workers
+    that take it (SweepStop), and a worker still starting finds the stop file when its job starts.
+    A loky without this start function (another version) keeps its own start, as before."""
+    try:
+        from joblib.externals.loky.backend import fork_exec as loky_start
+    except ImportError:
+        return
+    start = getattr(loky_start, "fork_exec", None)
+    if callable(start) and not getattr(start, "shielded", False):
+        loky_start.fork_exec = _shielded(start)
 
 
 # A sweep whose jobs are Ray tasks (hydra/launcher=ray_cluster, the batched launcher's Ray path): the parent cannot

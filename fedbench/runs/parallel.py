@@ -35,9 +35,9 @@ NOT_STARTED = "not started"
 
 
 def init_worker(parent: int) -> None:
-    """A worker: passwords stay withheld from its output; it leaves the terminal's process group, so that a
-    Ctrl-C reaches it once, forwarded by the parent (twice, from the terminal too, would stop it at once without
-    the checkpoint of its round); a signal is ignored between groups (it would end the worker, and with it the
+    """A worker (started with the signals blocked, run_groups): passwords stay withheld from its output; it leaves
+    the terminal's process group, so that a Ctrl-C reaches it once, forwarded by the parent (twice, from the
+    terminal too, would stop it at once without the checkpoint of its round); a signal is ignored between groups (it would end the worker, and with it the
     pool), arm_worker(True) takes it while a group trains. A parent that dies (SIGKILL, out of memory) leaves no
     orphan writing the runs or waiting for work: stop_with_parent."""
     from fedbench.core.secrets import install
@@ -128,7 +128,7 @@ def run_groups(train: Callable, groups: list[list[tuple[Any, list[str], bool]]],
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from fedbench.runs.interrupts import Interrupted, SweepStop, exit_code, signal_of
+    from fedbench.runs.interrupts import Interrupted, SweepStop, exit_code, shielded_starts, signal_of
     from fedbench.tracking.store import open_store, quiet_libraries
 
     quiet_libraries()
@@ -149,7 +149,9 @@ def run_groups(train: Callable, groups: list[list[tuple[Any, list[str], bool]]],
         with SweepStop(Path(folder), workers=pids) as stop:
             futures = []
             try:
-                futures = [pool.submit(train_in_worker, train, str(stop.stop_file), members, quiet, sweep) for members in groups]
+                with shielded_starts():  # a Ctrl-C to the terminal's group reaches no worker before init_worker
+                    futures = [pool.submit(train_in_worker, train, str(stop.stop_file), members, quiet, sweep)
+                               for members in groups]
                 for future in futures:
                     future.exception()  # waits
             except KeyboardInterrupt as exc:  # a second signal (the workers stop at once), or one before any started
