@@ -70,10 +70,14 @@ def stop_with_parent(parent: int) -> None:
 
 
 def orphaned() -> bool:
-    return bool(_PARENT["pid"]) and os.getppid() != _PARENT["pid"]
+    """Whether the parent died. Its death signal says so first: the kernel sends it as the parent's thread exits,
+    and getppid() names the dying parent until its last thread is gone (a worker that stopped its group within
+    those milliseconds took the next group from the queue and trained it to the end as an orphan)."""
+    return _PARENT.get("dead", False) or bool(_PARENT["pid"]) and os.getppid() != _PARENT["pid"]
 
 
 def _parent_died(signum, frame):
+    _PARENT["dead"] = True
     if not _PARENT["training"]:
         os._exit(128 + signum)
     if not _PARENT.get("told"):  # once: the kernel may send it again, and a second SIGTERM means "stop now"
