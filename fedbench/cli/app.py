@@ -108,7 +108,9 @@ def exit_now(code: int | str | None) -> NoReturn:
                     stream.flush()
             os._exit(status)
 
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        from fedbench.runs.interrupts import SIGNALS
+
+        for signum in SIGNALS:
             signal.signal(signum, at_once)
     if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
         sys.exit(status)

@@ -74,8 +74,9 @@ def expand_jobs(overrides: list[str]) -> list[list[str]]:
         if isinstance(o.value(), IntervalSweep):
             raise ConfigError(f"{o.input_line} is an interval to search, which a grid cannot list: give values "
                               f"(choice(...), range(...) or a,b,c), or search it with hydra/sweeper=optuna")
-    lengths = [(o.get_key_element(), sweep_length(o)) for o in parsed if o.is_sweep_override()]
-    if empty := [o.input_line for o in parsed if o.is_sweep_override() and sweep_length(o) == 0]:
+    sweeps = [o for o in parsed if o.is_sweep_override()]
+    lengths = [(o.get_key_element(), sweep_length(o)) for o in sweeps]
+    if empty := [o.input_line for o, (_, n) in zip(sweeps, lengths) if n == 0]:
         raise ConfigError(f"{empty[0]} lists no value: the grid has no job")
     if (size := math.prod(length for _, length in lengths)) > MAX_GRID_JOBS:
         axes = " x ".join(f"{key} ({length:,})" for key, length in lengths)

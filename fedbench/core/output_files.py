@@ -64,18 +64,17 @@ def write_output(path: Path, data: str | bytes, option: str | None = None, encod
     path.parent.mkdir(parents=True, exist_ok=True)
     check_destination(path, option)
     payload = data.encode(encoding) if isinstance(data, str) else data
+    tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise FedbenchError(f"cannot write {path}: {write_failure(exc, path.parent)}") from None
-    try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
         os.chmod(tmp, 0o666 & ~_umask())  # as a plain open() would have made it, not mkstemp's 0600
         os.replace(tmp, path)
     except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):  # a full disk, a quota: one line, the old file (if any) kept
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):  # a full disk, a quota, a folder that takes no file: one line, the old file kept
             raise FedbenchError(f"cannot write {path}: {write_failure(exc, path.parent)}") from None
         raise
     return path

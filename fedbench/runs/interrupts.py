@@ -323,7 +323,7 @@ def sweep_stop_file() -> Path | None:
 def arm_worker(armed: bool) -> None:
     """A worker takes a signal as an interrupt while it runs a job (armed) and ignores it between jobs,
     where it would end the worker process and, with it, the pool the other jobs run in. A worker started
-    with the signals blocked (shielded_start) gets the ones that came meanwhile here, armed."""
+    with the signals blocked (shielded_starts) gets the ones that came meanwhile here, armed."""
     if armed:
         forget_signals()
     if threading.current_thread() is threading.main_thread():

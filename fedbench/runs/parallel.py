@@ -37,9 +37,9 @@ NOT_STARTED = "not started"
 def init_worker(parent: int) -> None:
     """A worker (started with the signals blocked, run_groups): passwords stay withheld from its output; it leaves
     the terminal's process group, so that a Ctrl-C reaches it once, forwarded by the parent (twice, from the
-    terminal too, would stop it at once without the checkpoint of its round); a signal is ignored between groups (it would end the worker, and with it the
-    pool), arm_worker(True) takes it while a group trains. A parent that dies (SIGKILL, out of memory) leaves no
-    orphan writing the runs or waiting for work: stop_with_parent."""
+    terminal too, would stop it at once without the checkpoint of its round); a signal is ignored between groups
+    (it would end the worker, and with it the pool), arm_worker(True) takes it while a group trains. A parent that
+    dies (SIGKILL, out of memory) leaves no orphan writing the runs or waiting for work: stop_with_parent."""
     from fedbench.core.secrets import install
     from fedbench.runs.interrupts import arm_worker
 

@@ -2,7 +2,7 @@
 
 MLflow's `log_batch` on its SQL store builds one ORM object per metric row and flushes them through
 SQLAlchemy's unit of work: ~65-80 us a row here, which made the record, not the training, the larger
-cost of a long grid (7 metrics a round, hundreds of rounds, hundreds of runs). `write_metrics` writes
+cost of a long grid (7 metrics a round, hundreds of rounds, hundreds of runs). `write_batch` writes
 the same rows in one transaction as one multi-row INSERT into the store's own `metrics` table, then
 moves the `latest_metrics` rows forward by MLflow's own rule (the greatest (step, timestamp, value)):
 what `log_batch` would leave in the store, bit for bit (tests/tracking/test_metric_rows.py compares
@@ -13,6 +13,7 @@ this writes, a duplicate row, a deleted run, an MLflow without these row classes
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 # the columns this module writes; a store whose tables differ (another MLflow schema) takes log_batch
@@ -20,21 +21,33 @@ METRIC_COLUMNS = {"key", "value", "timestamp", "run_uuid", "step", "is_nan"}
 LATEST_COLUMNS = {"key", "value", "timestamp", "step", "is_nan", "run_uuid"}
 
 
+@functools.cache
+def _tables_known() -> bool:
+    """Whether this MLflow's row classes have the columns this module writes (fixed for the process)."""
+    try:
+        from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric
+    except ImportError:
+        return False
+    return ({c.name for c in SqlMetric.__table__.columns} == METRIC_COLUMNS
+            and {c.name for c in SqlLatestMetric.__table__.columns} == LATEST_COLUMNS)
+
+
 def sql_store(client) -> Any | None:
     """MLflow's SQL store behind `client` when its tables are the ones this module writes, else None."""
     try:
-        from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
         store = client._tracking_client.store
     except (ImportError, AttributeError):
         return None
-    if not isinstance(store, SqlAlchemyStore) or not hasattr(store, "ManagedSessionMaker"):
-        return None
-    if {c.name for c in SqlMetric.__table__.columns} != METRIC_COLUMNS or \
-            {c.name for c in SqlLatestMetric.__table__.columns} != LATEST_COLUMNS:
+    if not isinstance(store, SqlAlchemyStore) or not hasattr(store, "ManagedSessionMaker") or not _tables_known():
         return None
     return store
+
+
+def _recency(step, timestamp, value) -> tuple:
+    """MLflow's order of a key's rows for its latest metric."""
+    return step, timestamp, value
 
 
 def write_batch(client, run_id: str, metrics: list, tags: list = ()) -> None:
@@ -55,7 +68,12 @@ def write_batch(client, run_id: str, metrics: list, tags: list = ()) -> None:
 
 def _insert(store, run_id: str, metrics: list, tags: list) -> None:
     from mlflow.entities import LifecycleStage
-    from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlRun, SqlTag
+    from mlflow.store.tracking.dbmodels.models import (
+        SqlLatestMetric,
+        SqlMetric,
+        SqlRun,
+        SqlTag,
+    )
     from mlflow.utils.validation import _validate_metric, _validate_tag
     from sqlalchemy import insert, select
 
@@ -74,7 +92,8 @@ def _insert(store, run_id: str, metrics: list, tags: list) -> None:
     newest: dict[str, dict] = {}  # per key, the batch's latest row by MLflow's rule
     for row in rows:
         best = newest.get(row["key"])
-        if best is None or (row["step"], row["timestamp"], row["value"]) > (best["step"], best["timestamp"], best["value"]):
+        if best is None or _recency(row["step"], row["timestamp"], row["value"]) > _recency(
+                best["step"], best["timestamp"], best["value"]):
             newest[row["key"]] = row
     try:
         transaction = store.ManagedSessionMaker(read_only=False)
@@ -92,7 +111,7 @@ def _insert(store, run_id: str, metrics: list, tags: list) -> None:
             old = held.get(key)
             if old is None:
                 session.add(SqlLatestMetric(**row))
-            elif (row["step"], row["timestamp"], row["value"]) > (old.step, old.timestamp, old.value):
+            elif _recency(row["step"], row["timestamp"], row["value"]) > _recency(old.step, old.timestamp, old.value):
                 old.value, old.step, old.timestamp, old.is_nan = row["value"], row["step"], row["timestamp"], row["is_nan"]
         if tags:
             final = {}  # a key given twice: its last value, as log_batch

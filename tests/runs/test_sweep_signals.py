@@ -284,7 +284,7 @@ def test_a_signal_while_the_command_exits_ends_it_with_its_status_and_no_traceba
     assert proc.stdout.readline() == "exiting\n"
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and "Traceback" not in err and "Exception ignored" not in err, err[-2000:]
 
 
@@ -296,7 +296,7 @@ def test_a_spawned_pool_started_in_shielded_starts_takes_no_signal_before_its_wo
 
     from fedbench.runs import interrupts
 
-    wanted = set(int(s) for s in interrupts.SIGNALS)
+    wanted = {int(s) for s in interrupts.SIGNALS}
     for shielded in (False, True):
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
             with interrupts.shielded_starts() if shielded else contextlib.nullcontext():
