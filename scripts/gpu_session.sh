@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The checks that need a GPU, in one device call of a session that has one: the Fashion-MNIST column of
+# fedadmm/table3 at the paper's setting (issue 40) and the GPU peer table (issue 43 §3). Each stage runs
+# under its own time limit, so that one slow stage leaves the other its share, and every file a stage writes
+# (the reproduction's record among them) comes back in $OUT/written.tgz even when its limit stops it.
+#
+#   bash scripts/gpu_session.sh [reproduce|peers|all]     # on the device machine, from the repository root
+#
+# The device machine has PyTorch but none of fedbench's other dependencies, and no network. Prepared here:
+#   .whl/  wheels for its Python 3.12 (hydra-core, omegaconf, antlr4, mlflow-skinny with SQLAlchemy and
+#          alembic, pfl and what pfl needs; not what the machine has: torch, numpy, pandas, ...)
+#   .deb/  Debian's dataset-fashion-mnist (apt-get download), unpacked there to /usr/share/datasets
+# and the call carries both: run(carry=[".whl", ".deb"], command="bash scripts/gpu_session.sh all").
+# Seconds: the whole script ends within BUDGET_S (default 575, for a call's 600) and the reproduction within
+# REPRODUCE_S (default 540); the peer table takes what is left (PEERS_WORKLOADS, PEERS_ROUNDS; DEVICE=cpu to try
+# the script on a CPU).
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu-session}
+mkdir -p "$OUT"
+stage=${1:-all}
+marker=$(mktemp)
+
+if compgen -G ".whl/*.whl" >/dev/null && ! python3 -c 'import hydra, mlflow' 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
+fi
+export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+for f in .deb/*.deb; do [ -e "$f" ] && dpkg -x "$f" /; done
+nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm --format=csv,noheader || true
+python3 -c 'import torch, fedbench.cli.app, mlflow.store.tracking.sqlalchemy_store; print("torch", torch.__version__, "cuda:", torch.cuda.is_available())' || exit 4
+
+if [ "$stage" = reproduce ] || [ "$stage" = all ]; then
+  timeout --signal=TERM --kill-after=20 "${REPRODUCE_S:-540}" \
+    python3 -m fedbench.cli reproduce fedadmm/table3 --scale fmnist --record 2>&1 | tee "$OUT/reproduce.log" | grep -v '^\s*$' | tail -n 60
+  echo "reproduce exit: ${PIPESTATUS[0]}"
+fi
+
+left=$(( ${BUDGET_S:-575} - SECONDS - 15 ))
+if { [ "$stage" = peers ] || [ "$stage" = all ]; } && [ "$left" -ge 40 ]; then
+  echo "peers: ${left} s"
+  timeout --signal=TERM --kill-after=10 "$left" \
+    python3 scripts/bench_peers.py --device "${DEVICE:-cuda}" --frameworks fedbench,seq,pfl --runs 1 \
+      --workloads "${PEERS_WORKLOADS:-mlp100,cnn100}" --rounds "${PEERS_ROUNDS:-10}" 2>&1 | tee "$OUT/peers.log" | tail -n 40
+  echo "peers exit: ${PIPESTATUS[0]}"
+fi
+
+# every file written since the start, less the run folders' checkpoints (client states: gigabytes)
+find . -newer "$marker" -type f -size -8M -not -path './.whl/*' -not -name '*.pt' -print0 \
+  | tar czf "$OUT/written.tgz" --null -T - && ls -la "$OUT"
