@@ -103,6 +103,9 @@ def _run_job(cfg: DictConfig, run_dir: Path, quiet: bool, tags: dict[str, str] |
     return job.finish(drawn)
 
 
+FINAL_CHECKPOINT_TAG = "final_checkpoint"  # why a finished run has no final checkpoint, when it has none
+
+
 class Job:
     """One run's record around its training, however it is trained (alone, or as a lane of a
     batched group): skip-finished and resume, the MLflow record, checkpoints, progress lines."""
@@ -262,10 +265,23 @@ class Job:
         return True
 
     def save(self) -> None:
-        """The final checkpoint, after the record (its rounds and rounds-to-target): the checkpoint never
-        claims rounds the record lacks."""
+        """The record's end (its rounds and rounds-to-target), then the final checkpoint: the checkpoint never
+        claims rounds the record lacks. tracking.checkpoint_every=0 writes none ("never"; a stop signal's
+        checkpoint is on_round's). A final checkpoint that cannot be written (a full disk: a grid's client tables
+        take 13 GB a lane for FedADMM's Algorithm 1 on CNN 1) costs the run its final state, not its complete
+        record: one warning, a tag, and the run ends FINISHED (a FINISHED run is never resumed)."""
         self.recorder.record_end(self.state.history)
-        save_checkpoint(self.checkpoint, self.state, self.run_id, self.digest, (self.tags or {}).get(RECORD_DIGEST))
+        if not self.every:
+            return
+        try:
+            save_checkpoint(self.checkpoint, self.state, self.run_id, self.digest, (self.tags or {}).get(RECORD_DIGEST))
+        except OSError as exc:
+            why = write_failure(exc, Path(exc.filename).parent if getattr(exc, "filename", None) else self.run_dir)
+            kept_round = "" if self.saved_round is None else f"; the checkpoint of round {self.saved_round} is kept"
+            note = f"the final checkpoint (round {self.state.round}) was not written: {why}{kept_round}"
+            self.recorder.set_tags({FINAL_CHECKPOINT_TAG: note})
+            print(f"fedbench: {self.say.prefix}warning: {note}; the run's record is complete", file=sys.stderr, flush=True)
+            return
         self.saved_round = self.state.round
 
     def failed(self, exc: BaseException) -> None:

@@ -159,9 +159,9 @@ def test_unusable_local_store(tmp_path):
         run_job_in(tmp_path, *SMALL, f"tracking.uri=sqlite:///{tmp_path}/a-file/m.db")
 
 
-def test_full_disk_keeps_the_last_checkpoint_and_fails_the_run(tmp_path, monkeypatch):
-    """The disk fills during the second checkpoint's write: however torch reports the failed write
-    (an OSError or its own RuntimeError), one line names the folder, its free space, the checkpoint kept."""
+def fill_disk_at_second_checkpoint(monkeypatch) -> list:
+    """The disk fills during the second checkpoint's write (after 200 bytes of it); returns the checkpoint writes
+    opened so far."""
     import os as os_module
 
     from fedbench.engine import checkpoint
@@ -193,6 +193,13 @@ def test_full_disk_keeps_the_last_checkpoint_and_fails_the_run(tmp_path, monkeyp
         return FullDisk(real_fdopen(fd, *args, **kwargs))
 
     monkeypatch.setattr(checkpoint.os, "fdopen", fdopen)
+    return calls
+
+
+def test_full_disk_keeps_the_last_checkpoint_and_fails_the_run(tmp_path, monkeypatch):
+    """The disk fills during the second checkpoint's write: however torch reports the failed write
+    (an OSError or its own RuntimeError), one line names the folder, its free space, the checkpoint kept."""
+    calls = fill_disk_at_second_checkpoint(monkeypatch)
     run_dir = tmp_path / "run"
     with pytest.raises(FedbenchError) as info:
         run_job_in(tmp_path, *SMALL, "rounds=6", "tracking.checkpoint_every=2")
@@ -208,6 +215,42 @@ def test_full_disk_keeps_the_last_checkpoint_and_fails_the_run(tmp_path, monkeyp
     [run] = runs(tmp_path / "m.db")[1]
     assert run.info.status == "FAILED" and run.data.tags["failure_round"] == "4"
     assert "No space left on device" in run.data.tags["failure_reason"]
+
+
+def test_a_full_disk_at_the_final_checkpoint_keeps_the_finished_record(tmp_path, monkeypatch, capsys):
+    """The record is complete before the final checkpoint is written: a disk that fills then costs the run its final
+    state, not its results (a reproduction's grid lost 4 finished lanes so, their client tables filling a 64 GB disk).
+    The run ends FINISHED with every round, a warning and a tag say why it has no final checkpoint, and the periodic
+    one stays whole."""
+    calls = fill_disk_at_second_checkpoint(monkeypatch)
+    summary = run_job_in(tmp_path, *SMALL, "rounds=4", "tracking.checkpoint_every=2")
+    monkeypatch.undo()
+    assert len(calls) == 2 and summary["rounds"] == 4
+    run_dir = tmp_path / "run"
+    assert torch.load(run_dir / "checkpoint.pt", weights_only=True)["round"] == 2
+    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoint.pt"]  # no temporary file left
+    [run] = runs(tmp_path / "m.db")[1]
+    assert run.info.status == "FINISHED"
+    note = run.data.tags["final_checkpoint"]
+    assert note.startswith(f"the final checkpoint (round 4) was not written: no space left on the disk of {run_dir} ("), note
+    assert note.endswith("; the checkpoint of round 2 is kept"), note
+    from mlflow.tracking import MlflowClient
+
+    history = MlflowClient(f"sqlite:///{tmp_path}/m.db").get_metric_history(run.info.run_id, "test_accuracy")
+    assert sorted(m.step for m in history) == [1, 2, 3, 4]
+    warning = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warning == [f"fedbench: warning: {note}; the run's record is complete"]
+
+
+def test_checkpoint_every_0_writes_no_checkpoint_and_a_stop_still_does(tmp_path):
+    """tracking.checkpoint_every=0 is "never": no periodic and no final checkpoint (the final one of a grid's lanes held
+    their client tables: gigabytes each); a run asked to stop still checkpoints its round, so it can continue."""
+    summary = run_job_in(tmp_path, *SMALL, "rounds=3", "tracking.checkpoint_every=0")
+    assert summary["rounds"] == 3 and not (tmp_path / "run" / "checkpoint.pt").exists()
+    [run] = runs(tmp_path / "m.db")[1]
+    assert run.info.status == "FINISHED" and "final_checkpoint" not in run.data.tags
+    summary = run_job_in(tmp_path, *SMALL, "rounds=3", "seed=1", "tracking.checkpoint_every=5", run_dir=tmp_path / "five")
+    assert torch.load(tmp_path / "five" / "checkpoint.pt", weights_only=True)["round"] == 3  # the final one, as before
 
 
 def test_unreadable_or_foreign_checkpoint_refuses_to_resume(tmp_path):
