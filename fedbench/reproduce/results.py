@@ -17,6 +17,7 @@ from fedbench.reproduce.entry import paper_count
 
 RECORDS = Path(__file__).resolve().parent / "results"  # <scale>.csv, shipped with the package
 CHECKOUT = Path(__file__).resolve().parents[2]
+RECORD_FILES = ("docs/results.md", "docs/results.html", "fedbench/reproduce/results")  # what --record writes
 COLUMNS = ["reproduction", "claim", "holds", "detail", "seconds", "machine", "date", "commit", "command"]
 
 
@@ -86,12 +87,13 @@ def record(scale: str, outcomes: dict, seconds: dict[str, float], machine: str, 
     record it has); an entry no longer in the catalog is dropped. Returns the paths written."""
     from fedbench.reproduce.catalog import load_catalog
     from fedbench.tracking.page import render_section
-    from fedbench.tracking.recorder import git_commit
+    from fedbench.tracking.recorder import git_commit, tree_differs
 
     doc = docs_path()
     page = doc.with_suffix(".html")
     store_sections(doc, page)  # what the pages carry of entries recorded before sections were stored
-    date, sha = time.strftime("%Y-%m-%d"), git_commit()[:7]
+    # a tree that differs from its commit (the record's own files aside) is named so: "<sha>-dirty"
+    date, sha = time.strftime("%Y-%m-%d"), git_commit()[:7] + ("-dirty" if tree_differs(*RECORD_FILES) else "")
     ran = {name: out for name, out in outcomes.items() if not isinstance(out, str)}
     rows = [dict(reproduction=name, claim=c.text, holds=c.holds, detail=c.detail, seconds=round(seconds[name], 1),
                  machine=machine, date=date, commit=sha, command=command)

@@ -109,6 +109,21 @@ def git_commit() -> str:
         return "unknown"
 
 
+def tree_differs(*outside: str, root: Path | None = None) -> bool:
+    """Whether tracked files of the source checkout (`root`) differ from its commit (paths under `outside` not
+    counted: a record's own files, written by the command that asks): a record that names the commit then names
+    a tree no commit holds. False where there is no checkout (git_commit's 'unknown')."""
+    root = root or Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return False
+    try:
+        return bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                    *(f":(exclude){p}" for p in outside)],
+                                   capture_output=True, text=True, timeout=5, cwd=root).stdout.strip())
+    except Exception:
+        return False
+
+
 VERSION_KEY = "fedbench_version"  # a tag and a param of every run
 
 

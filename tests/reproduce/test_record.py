@@ -146,3 +146,45 @@ def test_record_is_refused_in_one_line_where_it_makes_no_sense(checkout, tmp_pat
     assert not trained  # refused before any training
     assert "not one (install fedbench with `pip install -e .` from a clone)" in str(
         CliRunner().invoke(cli_app, ["reproduce", "fake/a", "--record"]).exception)
+
+
+def test_a_record_made_from_a_tree_that_differs_from_its_commit_says_so(checkout, monkeypatch):
+    """The record's commit column names the tree it measured: a checkout with changes no commit holds (the record's
+    own files aside) is '<sha>-dirty' (a GPU run recorded 7afc6d4 for a tree two commits ahead of it)."""
+    import fedbench.tracking.recorder as recorder_module
+
+    root, reps, outcomes = checkout
+    monkeypatch.setattr(recorder_module, "git_commit", lambda: "abc1234def5678")
+    asked = []
+    monkeypatch.setattr(recorder_module, "tree_differs", lambda *outside: asked.append(outside) or True)
+    record(reps, outcomes, "fake/a", "run A1")
+    assert rows("fake/a")["commit"].tolist() == ["abc1234-dirty"]
+    assert asked == [results_module.RECORD_FILES]
+    monkeypatch.setattr(recorder_module, "tree_differs", lambda *outside: False)
+    record(reps, outcomes, "fake/b", "run B1")
+    assert rows("fake/b")["commit"].tolist() == ["abc1234"]
+
+
+def test_tree_differs_counts_tracked_changes_outside_the_record_s_own_files(tmp_path):
+    import subprocess
+
+    from fedbench.tracking.recorder import tree_differs
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "code.py").write_text("a = 1\n")
+    (tmp_path / "docs" / "results.md").write_text("old\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "c")
+    assert not tree_differs("docs/results.md", root=tmp_path)
+    (tmp_path / "docs" / "results.md").write_text("new record\n")
+    (tmp_path / "untracked.txt").write_text("x")  # not part of any commit's tree
+    assert not tree_differs("docs/results.md", root=tmp_path)
+    assert tree_differs(root=tmp_path)  # the record's file counts when not set aside
+    (tmp_path / "code.py").write_text("a = 2\n")
+    assert tree_differs("docs/results.md", root=tmp_path)
+    assert not tree_differs(root=tmp_path / "nowhere")
