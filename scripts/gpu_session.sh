@@ -12,7 +12,8 @@
 #   .deb/  Debian's dataset-fashion-mnist (apt-get download), unpacked there to /usr/share/datasets
 # and the call carries both: run(carry=[".whl", ".deb"], command="bash scripts/gpu_session.sh all").
 # Seconds: the whole script ends within BUDGET_S (default 575, for a call's 600) and the reproduction within
-# REPRODUCE_S (default 540; REPRODUCE_ARGS: its Hydra overrides); the peer table takes what is left (PEERS_WORKLOADS, PEERS_ROUNDS; DEVICE=cpu to try
+# REPRODUCE_S (default 540; REPRODUCE_ARGS: its Hydra overrides, by default tracking.checkpoint_every=0: the
+# column's client tables, 6.65 GB a table and lane, would not fit the machine's 64 GB disk as checkpoints); the peer table takes what is left (PEERS_WORKLOADS, PEERS_ROUNDS; DEVICE=cpu to try
 # the script on a CPU).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-session}
@@ -30,7 +31,7 @@ python3 -c 'import torch, fedbench.cli.app, mlflow.store.tracking.sqlalchemy_sto
 
 if [ "$stage" = reproduce ] || [ "$stage" = all ]; then
   timeout --signal=TERM --kill-after=20 "${REPRODUCE_S:-540}" \
-    python3 -m fedbench.cli reproduce fedadmm/table3 --scale fmnist --record ${REPRODUCE_ARGS:-} 2>&1 | tee "$OUT/reproduce.log" | grep -v '^\s*$' | tail -n 60
+    python3 -m fedbench.cli reproduce fedadmm/table3 --scale fmnist --record ${REPRODUCE_ARGS-tracking.checkpoint_every=0} 2>&1 | tee "$OUT/reproduce.log" | grep -v '^\s*$' | tail -n 60
   echo "reproduce exit: ${PIPESTATUS[0]}"
 fi
 
