@@ -78,23 +78,39 @@ def is_disk_full(exc: BaseException) -> bool:
     return getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "disk is full" in str(exc)
 
 
-def free_space(folder) -> str:
-    """The space left on the disk of `folder` (its nearest existing parent), e.g. '12.0 MB free'."""
-    import shutil
+def existing_parent(folder):
+    """`folder`, or its nearest parent that exists (a run folder not made yet lives on its parent's disk)."""
     from pathlib import Path
 
     existing = Path(folder).absolute()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
+    return existing
+
+
+def free_bytes(folder) -> int | None:
+    """The bytes left on the disk of `folder` (its nearest existing parent); None when the system cannot say."""
+    import shutil
+
     try:
-        free = shutil.disk_usage(existing).free
+        return shutil.disk_usage(existing_parent(folder)).free
     except OSError:
-        return "free space unknown"
+        return None
+
+
+def size_text(n: float) -> str:
+    """A size in bytes as people write it: '12.0 MB', '830 bytes'."""
     for unit in ("bytes", "kB", "MB", "GB", "TB"):
-        if free < 1000 or unit == "TB":
-            return f"{free:.0f} {unit} free" if unit == "bytes" else f"{free:.1f} {unit} free"
-        free /= 1000
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
     return ""
+
+
+def free_space(folder) -> str:
+    """The space left on the disk of `folder` (its nearest existing parent), e.g. '12.0 MB free'."""
+    free = free_bytes(folder)
+    return "free space unknown" if free is None else f"{size_text(free)} free"
 
 
 def write_failure(exc: BaseException, folder) -> str:

@@ -20,9 +20,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from fedbench.config.validate import written_out
-from fedbench.core.errors import DivergenceError
+from fedbench.core.errors import ConfigError, DivergenceError
 from fedbench.engine.loop import run_lanes
 from fedbench.runs.build import build_lanes
+from fedbench.runs.checkpoint_space import check_checkpoint_space
 from fedbench.runs.interrupts import GracefulInterrupt
 from fedbench.runs.memory import available_bytes
 from fedbench.runs.single import Job
@@ -162,6 +163,12 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
             for k in ks:
                 sessions[k].state.tables.clear()  # SCAFFOLD's c_i, FedADMM's y_i: gigabytes a lane for a large model
 
+    try:  # before training: lanes whose checkpoints cannot fit on their disk fail, each with the one line
+        check_checkpoint_space([(sessions[k].cfg, built[k][0], sessions[k].state, sessions[k].run_dir) for k in live])
+    except ConfigError as exc:
+        for k in live:
+            fail(k, exc)
+        return results  # type: ignore[return-value]
     fed0 = built[0][0]
     tables = max(sum(math.prod(t.spec.shape) for t in sessions[k].state.tables.values()) for k in live)
     cap = auto_max_batch(cfgs[0], fed0.flat.dim, fed0.device, table_floats=0 if fed0.client_state_disk else tables,

@@ -20,6 +20,7 @@ from fedbench.engine.checkpoint import RECORD_DIGEST, load_checkpoint, save_chec
 from fedbench.engine.loop import initial_state, run, warm_up
 from fedbench.core.errors import ConfigError, DivergenceError, FedbenchError, write_failure
 from fedbench.runs import interrupts
+from fedbench.runs.checkpoint_space import check_checkpoint_space
 from fedbench.runs.interrupts import GracefulInterrupt, describe, signal_of
 from fedbench.core.ownership import CHECKPOINT_NAME, shell_path  # CHECKPOINT_NAME: where resume continues from
 from fedbench.tracking.store import StoreError, quiet_libraries
@@ -88,6 +89,10 @@ def _run_job(cfg: DictConfig, run_dir: Path, quiet: bool, tags: dict[str, str] |
         job.failed(exc)
     if done is not None:
         return done
+    try:
+        check_checkpoint_space([(job.cfg, fed, job.state, run_dir)])
+    except ConfigError as exc:
+        job.failed(exc)
     drawn = None
     try:
         with GracefulInterrupt(quiet) as stop:
