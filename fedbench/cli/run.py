@@ -78,8 +78,9 @@ def resume(
     if not saved.is_file():
         raise ConfigError(f"{run_dir} is not a fedbench run directory (no .hydra/overrides.yaml)")
     if not (run_dir / CHECKPOINT_NAME).is_file():
-        raise ConfigError(f"{run_dir} has no {CHECKPOINT_NAME} (stopped before its first checkpoint); "
-                          "start the run again")
+        why = ("started with tracking.checkpoint_every=0, it writes none but a stop signal's" if _checkpoints_off(run_dir)
+               else "stopped before its first checkpoint")
+        raise ConfigError(f"{run_dir} has no {CHECKPOINT_NAME} ({why}); start the run again")
     from fedbench.config.compose import quoted_override
 
     recorded = read_overrides(saved)
@@ -91,6 +92,17 @@ def resume(
     # the folder as a quoted value: a path with `,` `=` `[` `]` spaces or quotes is one value of Hydra's grammar
     raise typer.Exit(hydra_main([*flags, *overrides, quoted_override("hydra.run.dir", str(run_dir.resolve())),
                                  "resume=true"]))
+
+
+def _checkpoints_off(run_dir: Path) -> bool:
+    """Whether the run's recorded config (.hydra/config.yaml) turned checkpoints off."""
+    import yaml
+
+    try:
+        recorded = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+        return int(recorded["tracking"]["checkpoint_every"]) == 0
+    except Exception:  # no such record, or not this layout: the usual reason stands
+        return False
 
 
 def recorded_config_dirs(run_dir: Path) -> tuple[str | None, list[str]]:

@@ -83,3 +83,19 @@ def test_a_checkpoint_without_a_digest_takes_no_hydra_settings(finished, tmp_pat
     verify(run_dir, old, recorded, None, [])
     with pytest.raises(ConfigError, match="sets '\\+hydra.callbacks.x._target_=builtins.print'"):
         verify(run_dir, old, [*recorded, "+hydra.callbacks.x._target_=builtins.print"], None, [])
+
+
+@pytest.mark.parametrize("every, why", [(0, "started with tracking.checkpoint_every=0, it writes none but a stop signal's"),
+                                        (10, "stopped before its first checkpoint")])
+def test_resuming_a_folder_without_a_checkpoint_says_why_it_has_none(tmp_path, every, why):
+    """A run started with checkpoints off keeps none, finished or not: the refusal says so rather than that it
+    stopped early."""
+    from fedbench.cli.run import resume
+    from fedbench.core.errors import ConfigError
+
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "overrides.yaml").write_text("- rounds=2\n")
+    (tmp_path / ".hydra" / "config.yaml").write_text(f"rounds: 2\ntracking:\n  checkpoint_every: {every}\n")
+    with pytest.raises(ConfigError) as info:
+        resume(tmp_path)
+    assert str(info.value) == f"{tmp_path} has no checkpoint.pt ({why}); start the run again"
