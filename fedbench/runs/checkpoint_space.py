@@ -1,7 +1,7 @@
 """What runs' checkpoints will take on disk, checked before they train. A checkpoint holds the rows of the
 algorithm's client tables (SCAFFOLD's c_i, FedADMM's y_i and w_i) of every client visited so far, and every run
 keeps its own: a grid of large models can need more than its disk has (fedadmm/table3 --scale fmnist, 19 lanes of
-CNN 1 at 1,000 clients: up to ~110 GB) and then fails its lanes at their checkpoints after hours of training."""
+CNN 1 at 1,000 clients: up to ~100 GB) and then fails its lanes at their checkpoints after hours of training."""
 
 from __future__ import annotations
 
