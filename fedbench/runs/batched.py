@@ -10,7 +10,6 @@ same chunks (engine.loop.mixing_key); others share the data, the rounds' loop an
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,7 @@ from fedbench.config.validate import written_out
 from fedbench.core.errors import ConfigError, DivergenceError
 from fedbench.engine.loop import run_lanes
 from fedbench.runs.build import build_lanes
-from fedbench.runs.checkpoint_space import check_checkpoint_space
+from fedbench.runs.checkpoint_space import check_checkpoint_space, table_floats
 from fedbench.runs.interrupts import GracefulInterrupt
 from fedbench.runs.memory import available_bytes
 from fedbench.runs.single import Job
@@ -170,7 +169,7 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
             fail(k, exc)
         return results  # type: ignore[return-value]
     fed0 = built[0][0]
-    tables = max(sum(math.prod(t.spec.shape) for t in sessions[k].state.tables.values()) for k in live)
+    tables = max(table_floats(sessions[k].state) for k in live)
     cap = auto_max_batch(cfgs[0], fed0.flat.dim, fed0.device, table_floats=0 if fed0.client_state_disk else tables,
                          table_device=fed0.client_state_device)  # memory: lanes beyond it train in turns
     pace_flushes([sessions[k].recorder for k in live], min(cap, len(live)))

@@ -15,15 +15,19 @@ from fedbench.core.errors import ConfigError, existing_parent, free_bytes, size_
 from fedbench.engine.loop import Federation, RunState
 
 
+def table_floats(state: RunState) -> int:
+    """The floats of one client's rows of every client table of `state`."""
+    return sum(math.prod(table.spec.shape) for table in state.tables.values())
+
+
 def checkpoint_bytes(cfg: DictConfig, fed: Federation, state: RunState) -> int:
     """At most what one run's checkpoint takes for its client tables: a row of each for every client it can visit
     (min(N, rounds x cohort)); 0 without checkpoints (tracking.checkpoint_every=0) or with disk tables, whose rows
     live in the run folder's table files from the start (engine.client_state_device=disk)."""
     if not int(cfg.tracking.get("checkpoint_every") or 0) or fed.client_state_disk:
         return 0
-    floats = sum(math.prod(table.spec.shape) for table in state.tables.values())
     rows = min(fed.clients.num_clients, fed.rounds * fed.clients_per_round)
-    return floats * rows * fed.x0.element_size()
+    return table_floats(state) * rows * fed.x0.element_size()
 
 
 def check_checkpoint_space(runs: list[tuple[DictConfig, Federation, RunState, Path]]) -> None:

@@ -281,11 +281,11 @@ class Job:
         try:
             save_checkpoint(self.checkpoint, self.state, self.run_id, self.digest, (self.tags or {}).get(RECORD_DIGEST))
         except OSError as exc:
-            why = write_failure(exc, Path(exc.filename).parent if getattr(exc, "filename", None) else self.run_dir)
+            why = write_failure(exc, written_in(exc, self.run_dir))
             kept_round = "" if self.saved_round is None else f"; the checkpoint of round {self.saved_round} is kept"
             note = f"the final checkpoint (round {self.state.round}) was not written: {why}{kept_round}"
             self.recorder.set_tags({FINAL_CHECKPOINT_TAG: note})
-            print(f"fedbench: {self.say.prefix}warning: {note}; the run's record is complete", file=sys.stderr, flush=True)
+            self.say.warn(f"{note}; the run's record is complete")
             return
         self.saved_round = self.state.round
 
@@ -315,7 +315,7 @@ class Job:
                              f"{'' if marked else ' (its MLflow run could not be marked FAILED and stays RUNNING)'}; "
                              f"continue from the last checkpoint with: fedbench resume {shell_path(run_dir)}") from None
         if isinstance(exc, OSError):  # disk full, unwritable folder: the run record says why, no half file is left
-            why = write_failure(exc, Path(exc.filename).parent if getattr(exc, "filename", None) else run_dir)
+            why = write_failure(exc, written_in(exc, run_dir))
             recorder.fail(state.round, f"{why} ({exc.__class__.__name__}: {exc})")
             raise FedbenchError(f"{why}: the run stopped at round {state.round}; {kept(run_dir, self.saved_round)}") from None
         recorder.fail(state.round, f"{exc.__class__.__name__}: {exc}")
@@ -392,6 +392,11 @@ def next_step(run_dir: Path) -> str:
     return "nothing was checkpointed (it stopped before its first checkpoint); start the run again"
 
 
+def written_in(exc: OSError, run_dir: Path) -> Path:
+    """The folder a failed write was writing into: its file's, else the run folder."""
+    return Path(exc.filename).parent if getattr(exc, "filename", None) else run_dir
+
+
 def kept(run_dir: Path, saved_round: int | None) -> str:
     """After a failed write: the checkpoint kept (a round's, whole), and how to continue from it."""
     if saved_round is None:
@@ -431,6 +436,11 @@ class JobOutput:
         if console and not self.quiet:
             print(f"fedbench: {self.prefix}{text}", file=sys.stderr, flush=True)
         self._log(text)
+
+    def warn(self, text: str) -> None:
+        """A warning on stderr, quiet or not (it says what the record alone does not), and in the log."""
+        print(f"fedbench: {self.prefix}warning: {text}", file=sys.stderr, flush=True)
+        self._log(f"warning: {text}")
 
     def summary(self, text: str) -> None:
         """The summary on stdout; a sweep job's lines in the format of its other lines (`fedbench: [job 3] ...`)."""

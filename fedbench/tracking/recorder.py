@@ -95,33 +95,31 @@ def package_version() -> str:
         return fedbench.__version__
 
 
-def git_commit() -> str:
-    """The commit of the source checkout fedbench runs from; 'unknown' for an installed wheel (whose
-    folder may lie inside another repository: only the checkout's own .git counts)."""
-    root = Path(__file__).resolve().parents[2]
+CHECKOUT = Path(__file__).resolve().parents[2]  # the source checkout fedbench runs from, where it is one
+
+
+def _git(root: Path, *args: str) -> str | None:
+    """git's output in the checkout `root`; None where `root` is no checkout (an installed wheel, whose folder may
+    lie inside another repository: only the checkout's own .git counts) or git fails."""
     if not (root / ".git").exists():
-        return "unknown"
+        return None
     try:
-        return subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=root,
-        ).stdout.strip() or "unknown"
+        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=5, cwd=root).stdout.strip()
     except Exception:
-        return "unknown"
+        return None
 
 
-def tree_differs(*outside: str, root: Path | None = None) -> bool:
+def git_commit() -> str:
+    """The commit of the source checkout fedbench runs from; 'unknown' for an installed wheel."""
+    return _git(CHECKOUT, "rev-parse", "HEAD") or "unknown"
+
+
+def tree_differs(*outside: str, root: Path = CHECKOUT) -> bool:
     """Whether tracked files of the source checkout (`root`) differ from its commit (paths under `outside` not
     counted: a record's own files, written by the command that asks): a record that names the commit then names
     a tree no commit holds. False where there is no checkout (git_commit's 'unknown')."""
-    root = root or Path(__file__).resolve().parents[2]
-    if not (root / ".git").exists():
-        return False
-    try:
-        return bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                    *(f":(exclude){p}" for p in outside)],
-                                   capture_output=True, text=True, timeout=5, cwd=root).stdout.strip())
-    except Exception:
-        return False
+    return bool(_git(root, "status", "--porcelain", "--untracked-files=no", "--", ".",
+                     *(f":(exclude){p}" for p in outside)))
 
 
 VERSION_KEY = "fedbench_version"  # a tag and a param of every run
