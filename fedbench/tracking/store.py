@@ -202,22 +202,44 @@ def check_mlflow_sqlite(db: Path, wait: float) -> None:
 
 
 def probe_server(uri: str, timeout: float = 5.0) -> None:
-    """Connect once to a tracking server or database server: MLflow's own client retries a refused
-    connection with backoff for minutes before it gives up (its database stores too)."""
-    from fedbench.core.secrets import store_address
+    """Connect once to a tracking server or database server, and log in once to a database: MLflow's own
+    client retries a refused connection with backoff for minutes before it gives up (its database stores
+    too)."""
+    from fedbench.core.secrets import is_database_uri, store_address
 
     scheme, host, port = store_address(uri)  # the parser the connecting library agrees with
-    if scheme not in DEFAULT_PORTS or not host:
-        return
-    port = port or DEFAULT_PORTS[scheme]
+    if scheme in DEFAULT_PORTS and host:
+        try:
+            socket.create_connection((host, port or DEFAULT_PORTS[scheme]), timeout=timeout).close()
+        except OSError as exc:
+            start = "(mlflow server --port ...)" if scheme.startswith("http") else f"(its {scheme} server)"
+            raise StoreUnreachableError(
+                f"cannot reach the MLflow tracking {'server' if scheme.startswith('http') else 'store'} {uri}: "
+                f"{exc.strerror or exc}. Start it {start} or use the local store (tracking.uri=null)"
+            ) from None
+    if is_database_uri(uri):
+        log_in_once(uri)
+
+
+def log_in_once(uri: str) -> None:
+    """Open one connection to a database store: MLflow retries a failed one 10 times with backoff,
+    101 s of silence before a refused login (no password, a wrong one) or a missing database is said."""
+    import sqlalchemy
+
+    from fedbench.core.secrets import password_hint, reveal
+
     try:
-        socket.create_connection((host, port), timeout=timeout).close()
-    except OSError as exc:
-        start = "(mlflow server --port ...)" if scheme.startswith("http") else f"(its {scheme} server)"
-        raise StoreUnreachableError(
-            f"cannot reach the MLflow tracking {'server' if scheme.startswith('http') else 'store'} {uri}: "
-            f"{exc.strerror or exc}. Start it {start} or use the local store (tracking.uri=null)"
-        ) from None
+        engine = sqlalchemy.create_engine(reveal(uri), poolclass=sqlalchemy.pool.NullPool)
+    except Exception as exc:  # noqa: BLE001 - a driver that is not installed, a URL it cannot take
+        raise StoreUnreachableError(f"cannot use the MLflow tracking store {uri}: {one_line(exc)}") from None
+    try:
+        with engine.connect():
+            pass
+    except Exception as exc:  # noqa: BLE001 - the driver's own error, as one line
+        raise StoreUnreachableError(f"cannot use the MLflow tracking store {uri}: {one_line(exc)}"
+                                    f"{password_hint(uri)}") from None
+    finally:
+        engine.dispose()
 
 
 # MLflow's client retries a request its server refuses 7 times with exponential backoff, about 4

@@ -55,6 +55,41 @@ def test_a_refused_server_is_one_line_at_once(tmp_path):
     assert len(error_lines(out.stderr)) == 1 and "127.0.0.1:9" in out.stderr and took < 30, (took, out.stderr)
 
 
+@pytest.fixture
+def refusing_database():
+    """A PostgreSQL port on 127.0.0.1 that takes the connection and closes it, as a server refusing the login."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def refuse():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # closed by the fixture
+                return
+            conn.close()
+
+    threading.Thread(target=refuse, daemon=True).start()
+    yield f"postgresql+psycopg2://fedbench@127.0.0.1:{listener.getsockname()[1]}/mlflow"
+    listener.close()
+
+
+@pytest.mark.parametrize("command", ["run", "report"])
+def test_a_database_that_refuses_the_login_is_one_line_at_once(refusing_database, command, tmp_path):
+    """MLflow retries a failed database connection 10 times with backoff: a run whose store refused its
+    login (a resume without the password) was silent for 101 s before its one line."""
+    args = ("report", "--uri", refusing_database) if command == "report" else (
+        "run", "rounds=1", f"tracking.uri={refusing_database}", f"hydra.run.dir={tmp_path}/run")
+    start = time.monotonic()
+    out = fedbench(*args, cwd=tmp_path, timeout=300)
+    took = time.monotonic() - start
+    assert out.returncode != 0 and len(error_lines(out.stderr)) == 1, out.stderr[-2000:]
+    assert refusing_database.partition("://")[2] in out.stderr and "PGPASSWORD" in out.stderr, out.stderr
+    assert took < 30, (took, out.stderr)
+
+
 def test_a_reader_waiting_on_a_locked_store_says_so_and_gives_up_in_one_line(store, tmp_path, monkeypatch):  # noqa: F811
     from filelock import FileLock
 
