@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -11,6 +11,7 @@ import pandas as pd
 from fedbench.reproduce.entry import Claim, Metric, Reproduction, Scale
 
 NOT_REACHED = ("-", "–", "100+", "never")
+Logged = tuple[np.ndarray, np.ndarray] | None  # a history's column as logged(): (rounds, values)
 
 
 @dataclass
@@ -24,28 +25,43 @@ class RunResult:
     history: pd.DataFrame
     setting: str = ""  # the tuning candidate the run trained with (Arm.setting)
     diverged: bool = False  # a tuning candidate that diverged (its history is empty: it loses the tuning)
+    _logged: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def logged(self, source: str) -> Logged:
+        """logged(history, source), read once: an evaluation reads each column for several metrics, on the
+        whole table and on every seed alone."""
+        if source not in self._logged:
+            self._logged[source] = logged(self.history, source)
+        return self._logged[source]
 
 
-def measure(metric: Metric, history: pd.DataFrame, rounds: int) -> float:
-    """The metric on one run; rounds-to-target is inf when the target is not reached (NaN = not logged)."""
-    if metric.source not in history:
+def logged(history: pd.DataFrame, source: str) -> Logged:
+    """(rounds, values) of a history's column, the rows where both are logged, in round order; None when the
+    history has no such column."""
+    if source not in history:
+        return None
+    data = history[["round", source]].dropna().sort_values("round")
+    return data["round"].to_numpy(), data[source].to_numpy(dtype=float)
+
+
+def measure(metric: Metric, series: Logged, rounds: int) -> float:
+    """The metric on one run's logged(history, metric.source); rounds-to-target is inf when the target is not
+    reached (NaN = not logged)."""
+    if series is None or not len(series[0]):
         return math.nan
-    data = history[["round", metric.source]].dropna().sort_values("round")
-    if data.empty:
-        return math.nan
-    values = data[metric.source].to_numpy(dtype=float)
+    logged_rounds, values = series
     if metric.kind == "rounds":
         hit = values >= metric.target if metric.mode == "max" else values <= metric.target
-        hit &= data["round"].to_numpy() >= 1  # round 0 is the initial model
-        return float(data["round"].to_numpy()[hit.argmax()] - metric.offset) if hit.any() else math.inf
+        hit &= logged_rounds >= 1  # round 0 is the initial model
+        return float(logged_rounds[hit.argmax()] - metric.offset) if hit.any() else math.inf
     if metric.kind == "at":
         at = rounds if metric.at is None else metric.at
-        row = data[data["round"] <= at]
-        value = row[metric.source].iloc[-1] if not row.empty else math.nan
+        upto = values[logged_rounds <= at]
+        value = upto[-1] if len(upto) else math.nan
     elif metric.kind == "per_round":  # a cumulative counter (wall_time, floats_up) divided by the rounds run
-        value = values[-1] / data["round"].iloc[-1]
+        value = values[-1] / logged_rounds[-1]
     elif metric.kind == "mean_last":  # the `last` logged rounds up to round `at` (the end when None)
-        upto = values if metric.at is None else values[data["round"].to_numpy() <= metric.at]
+        upto = values if metric.at is None else values[logged_rounds <= metric.at]
         value = upto[-metric.last :].mean() if len(upto) else math.nan
     elif metric.kind == "min":
         value = values.min()
@@ -124,14 +140,19 @@ COLLAPSE_RULE = (f"a run collapses when, after reaching the target, it ends more
                  "some round after the target and recovers is listed too, as a transient collapse with its round and value")
 
 
-def after_target(metric: Metric, history: pd.DataFrame) -> tuple[float, float, bool]:
+def from_round_1(series: Logged) -> tuple[np.ndarray, np.ndarray]:
+    """The logged (rounds, values) after the initial model (round 0)."""
+    logged_rounds, values = series
+    trained = logged_rounds >= 1
+    return logged_rounds[trained], values[trained]
+
+
+def after_target(metric: Metric, series: Logged) -> tuple[float, float, bool]:
     """A rounds-to-target run's final value, its worst value from the target round on, and whether it collapsed
-    (COLLAPSE_RULE); NaN, NaN, False when the target was not reached."""
-    if metric.source not in history:
+    (COLLAPSE_RULE), on logged(history, metric.source); NaN, NaN, False when the target was not reached."""
+    if series is None:
         return math.nan, math.nan, False
-    data = history[["round", metric.source]].dropna().sort_values("round")
-    data = data[data["round"] >= 1]
-    values = data[metric.source].to_numpy(dtype=float)
+    _, values = from_round_1(series)
     hit = values >= metric.target if metric.mode == "max" else values <= metric.target
     if not hit.any():
         return math.nan, math.nan, False
@@ -142,15 +163,13 @@ def after_target(metric: Metric, history: pd.DataFrame) -> tuple[float, float, b
     return final, float(np.nanmax(after)), bool(not final <= metric.target * COLLAPSE_FACTOR)
 
 
-def transient_collapse(metric: Metric, history: pd.DataFrame) -> tuple[int, float] | None:
+def transient_collapse(metric: Metric, series: Logged) -> tuple[int, float] | None:
     """The first round after the target round at which a run that ends above the collapse threshold was beyond it
-    (COLLAPSE_RULE: a transient collapse), with its value; None when it never was, or did not reach the target, or
-    ends beyond it (a collapse, after_target)."""
-    if metric.source not in history:
+    (COLLAPSE_RULE: a transient collapse), with its value, on logged(history, metric.source); None when it never
+    was, or did not reach the target, or ends beyond it (a collapse, after_target)."""
+    if series is None:
         return None
-    data = history[["round", metric.source]].dropna().sort_values("round")
-    data = data[data["round"] >= 1]
-    values, rounds = data[metric.source].to_numpy(dtype=float), data["round"].to_numpy()
+    rounds, values = from_round_1(series)
     hit = values >= metric.target if metric.mode == "max" else values <= metric.target
     if not hit.any():
         return None
@@ -163,12 +182,12 @@ def transient_collapse(metric: Metric, history: pd.DataFrame) -> tuple[int, floa
     return int(after_rounds[first]), float(after[first])
 
 
-def curve(source: str, history: pd.DataFrame) -> np.ndarray:
-    """[rounds, 2]: the logged (round, value) pairs of `source` from round 1 on (a claim about every round reads them)."""
-    if source not in history:
+def curve(series: Logged) -> np.ndarray:
+    """[rounds, 2]: the (round, value) pairs of logged(history, source) from round 1 on (a claim about every round
+    reads them)."""
+    if series is None:
         return np.empty((0, 2))
-    data = history[["round", source]].dropna().sort_values("round")
-    return data[data["round"] >= 1].to_numpy(dtype=float)
+    return np.stack([part.astype(float) for part in from_round_1(series)], axis=1)
 
 
 def aggregate(rep: Reproduction, runs: list[RunResult], extra: tuple[Metric, ...] = ()) -> pd.DataFrame:
@@ -180,14 +199,14 @@ def aggregate(rep: Reproduction, runs: list[RunResult], extra: tuple[Metric, ...
         arm_runs = [r for r in runs if (r.method, r.group, r.setting) == (method, group, setting)]
         budget = max(r.rounds for r in arm_runs)
         for metric in (m for m in (*rep.metrics, *extra) if m.applies(group)):
-            values = np.array([measure(metric, r.history, r.rounds) for r in arm_runs], dtype=float)
+            values = np.array([measure(metric, r.logged(metric.source), r.rounds) for r in arm_runs], dtype=float)
             finite = values[np.isfinite(values)]
             reached = len(finite)
             mean = finite.mean() if reached else (math.inf if np.isinf(values).any() else math.nan)
             if metric.is_rounds and reached < len(values):
                 mean = math.inf
             std = finite.std(ddof=1) if reached > 1 else math.nan
-            after = [after_target(metric, r.history) if metric.is_rounds else (math.nan, math.nan, False) for r in arm_runs]
+            after = [after_target(metric, r.logged(metric.source)) if metric.is_rounds else (math.nan, math.nan, False) for r in arm_runs]
             rows.append(dict(method=method, group=group, setting=setting, metric=metric.name, mean=mean, std=std,
                              reached=reached, n=len(values), budget=budget - metric.offset,
                              diverged=sum(r.diverged for r in arm_runs),
@@ -195,8 +214,8 @@ def aggregate(rep: Reproduction, runs: list[RunResult], extra: tuple[Metric, ...
                              seed_ids=[r.seed for r in arm_runs], finals=[a[0] for a in after], worst=[a[1] for a in after],
                              collapsed=[r.seed for r, a in zip(arm_runs, after) if a[2]],
                              transient=[(r.seed, *dip) for r in arm_runs
-                                        if metric.is_rounds and (dip := transient_collapse(metric, r.history)) is not None],
-                             series=[curve(metric.source, r.history) for r in arm_runs]))
+                                        if metric.is_rounds and (dip := transient_collapse(metric, r.logged(metric.source))) is not None],
+                             series=[curve(r.logged(metric.source)) for r in arm_runs]))
     return pd.DataFrame(rows)
 
 

@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedbench.reproduce import compare
 from fedbench.reproduce.catalog import load_catalog
-from fedbench.reproduce.compare import (COLLAPSE_POINTS, RunResult, aggregate, after_target, comparison, over_seeds,
+from fedbench.reproduce.compare import (COLLAPSE_POINTS, RunResult, aggregate, comparison, over_seeds,
                                         seeds_needed, tuning_table)
 from fedbench.reproduce.entry import Claim, Metric, rounds_to
 from fedbench.reproduce.run import evaluate
@@ -75,6 +76,9 @@ def test_a_weakened_seed_is_reported_and_two_weakened_seeds_flip_the_verdict():
 
 # ---------------------------------------------------------------------------------- collapses
 def test_after_target_records_final_and_worst_and_flags_a_collapse():
+    def after_target(metric, history):
+        return compare.after_target(metric, compare.logged(history, metric.source))
+
     metric = rounds_to(0.8)
     final, worst, collapsed = after_target(metric, curve(rising(5, fall_to=0.0)))
     assert (final, worst, collapsed) == (0.0, 0.0, True)

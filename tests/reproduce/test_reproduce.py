@@ -18,7 +18,8 @@ import fedbench.reproduce.entry as entry_module
 from fedbench.cli.app import app as cli_app
 from fedbench.reproduce.catalog import load_catalog
 from fedbench.reproduce.entry import Arm, Claim, Metric, Reproduction, Scale, rounds_to
-from fedbench.reproduce.compare import RunResult, aggregate, comparison, format_rounds, measure, parse_paper, speedup
+from fedbench.reproduce import compare
+from fedbench.reproduce.compare import RunResult, aggregate, comparison, format_rounds, parse_paper, speedup
 from fedbench.reproduce.run import missing, reproduce
 from fedbench.core.errors import ConfigError
 
@@ -145,6 +146,9 @@ def hist(acc):
 
 
 def test_measure_rounds_to_target_and_values():
+    def measure(metric, history, rounds):
+        return compare.measure(metric, compare.logged(history, metric.source), rounds)
+
     h = hist([0.2, 0.5, 0.7, 0.9])
     assert measure(rounds_to(0.7), h, 4) == 3
     assert measure(rounds_to(0.95), h, 4) == math.inf
