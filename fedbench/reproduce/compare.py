@@ -407,20 +407,24 @@ def to_csv_frame(table: pd.DataFrame, tuning: pd.DataFrame | None = None) -> pd.
     return table[[c for c in cols if c in table]]
 
 
+def cell(table: pd.DataFrame, method: str, group: str, metric: str, column: str):
+    """One cell of the comparison table, of its first row for (method, group, metric); KeyError if absent (a
+    claim check reads hundreds: compared as arrays, not as pandas masks)."""
+    found = np.flatnonzero((table["method"].to_numpy() == method) & (table["group"].to_numpy() == group)
+                           & (table["metric"].to_numpy() == metric))
+    if not len(found):
+        raise KeyError(f"no measured {metric} for {method} [{group}]")
+    return table[column].to_numpy()[found[0]]
+
+
 def value(table: pd.DataFrame, method: str, group: str, metric: str, column: str = "mean") -> float:
     """A measured number of the comparison table (inf = target not reached); KeyError if absent."""
-    row = table[(table["method"] == method) & (table["group"] == group) & (table["metric"] == metric)]
-    if row.empty:
-        raise KeyError(f"no measured {metric} for {method} [{group}]")
-    return float(row[column].iloc[0])
+    return float(cell(table, method, group, metric, column))
 
 
 def seeds(table: pd.DataFrame, method: str, group: str, metric: str) -> np.ndarray:
     """The per-seed values of one cell (inf = not reached)."""
-    row = table[(table["method"] == method) & (table["group"] == group) & (table["metric"] == metric)]
-    if row.empty:
-        raise KeyError(f"no measured {metric} for {method} [{group}]")
-    return np.asarray(row["values"].iloc[0], dtype=float)
+    return np.asarray(cell(table, method, group, metric, "values"), dtype=float)
 
 
 # ------------------------------------------------------------------------------------- claims that can fail

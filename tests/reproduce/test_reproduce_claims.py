@@ -103,6 +103,11 @@ def score(rep: Reproduction, method: str, group: str, case: str) -> float | None
     return 0.5 if good else 1.0
 
 
+@functools.lru_cache(maxsize=None)
+def yaml_file(path) -> dict:
+    return yaml.safe_load(path.read_text()) or {}
+
+
 def budget(rep: Reproduction, scale_name: str, arm) -> int:
     """The arm's round budget: its `rounds=` override, else its scale file's, else the preset's (following
     the presets it extends)."""
@@ -111,7 +116,7 @@ def budget(rep: Reproduction, scale_name: str, arm) -> int:
             return int(item.partition("=")[2])
     config = rep.scales[scale_name].config
     if config:
-        settings = yaml.safe_load((fedbench.config.compose.CONF_DIR / "scale" / f"{config}.yaml").read_text()) or {}
+        settings = yaml_file(fedbench.config.compose.CONF_DIR / "scale" / f"{config}.yaml")
         if "rounds" in settings:
             return int(settings["rounds"])
     preset = arm.preset or rep.preset_path
@@ -119,7 +124,7 @@ def budget(rep: Reproduction, scale_name: str, arm) -> int:
         path = fedbench.config.compose.CONF_DIR / "experiment" / f"{preset}.yaml"
         if not path.exists():
             break
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml_file(path)
         if "rounds" in data:
             return int(data["rounds"])
         preset = next((d for d in data.get("defaults", []) if isinstance(d, str) and d != "_self_"), None)
