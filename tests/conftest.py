@@ -39,6 +39,20 @@ def signals_of_this_test(monkeypatch):
     monkeypatch.setattr(interrupts, "RECEIVED", [])
 
 
+@pytest.fixture(autouse=True)
+def store_password_of_this_test():
+    """A password a test's code withheld (core.secrets.withhold_uri keeps it in this process's environment) stays
+    with that test: a later test's fedbench inherited it and said nothing of where to give one."""
+    from fedbench.core.secrets import PASSWORD_ENV
+
+    before = os.environ.get(PASSWORD_ENV)
+    yield
+    if before is None:
+        os.environ.pop(PASSWORD_ENV, None)
+    else:
+        os.environ[PASSWORD_ENV] = before
+
+
 def make_cfg(*overrides: str):
     with initialize_config_dir(config_dir=CONF, version_base=None):
         return compose("config", overrides=list(overrides))
