@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from tests.conftest import CONF, make_cfg
 from fedbench.algorithms import load_all
@@ -211,7 +212,27 @@ def test_yaml_defaults_equal_the_dataclass_defaults(name):
 
 EXTRAS_OFF = ["weight_decay=0", "grad_clip=0", "local_momentum=0"]
 EXTRAS_ON = ["weight_decay=0.01", "grad_clip=0.5", "local_momentum=0.5"]
-TAKES_ALL = sorted(case for case in CASES if set(EXTRAS) <= set(load_all().get(_config(case).algorithm.name).local_extras))
+
+
+def _algorithm_of(case: str) -> str:
+    """The registered algorithm a case runs, read from its algorithm file without composing (a variant file's is
+    its base's, the first entry of its defaults): composing every case at collection cost each pytest-xdist
+    worker 9 s. test_a_case_runs_the_algorithm_its_file_names checks it against the composed config."""
+    choice = next(o.partition("=")[2] for o in reversed(CASES[case]) if o.startswith("algorithm="))
+    while choice not in REGISTERED:
+        data = yaml.safe_load((Path(CONF) / "algorithm" / f"{choice}.yaml").read_text())
+        if "name" in data:
+            return data["name"]
+        choice = data["defaults"][0].removeprefix("/algorithm/").partition("@")[0]
+    return choice
+
+
+TAKES_ALL = sorted(case for case in CASES if set(EXTRAS) <= set(load_all().get(_algorithm_of(case)).local_extras))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_case_runs_the_algorithm_its_file_names(case):
+    assert _config(case).algorithm.name == _algorithm_of(case)
 
 
 def _with(case: str, *overrides: str):
