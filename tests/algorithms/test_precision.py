@@ -21,7 +21,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from tests.algorithms.test_contract import CASES, _config, _contract, _with
+from tests.algorithms.test_contract import CASES, _algorithm_of, _config, _contract, _with
 from fedbench.algorithms import load_all
 from fedbench.engine.loop import RunState, initial_state, run_lanes
 from fedbench.runs.build import build_lanes
@@ -108,7 +108,7 @@ def test_a_float64_run_makes_keeps_and_sends_nothing_of_lower_precision(case):
     _check(case, [_config(case)])
 
 
-@pytest.mark.parametrize("case", sorted(case for case in CASES if load_all().get(_config(case).algorithm.name).lr_rows))
+@pytest.mark.parametrize("case", sorted(case for case in CASES if load_all().get(_algorithm_of(case)).lr_rows))
 def test_lanes_of_two_step_sizes_make_nothing_of_lower_precision(case):
     """Algorithms that take per-client step sizes (lr_rows) see them as an [s, 1] tensor when lanes of
     several step sizes share a chunk: that path too (seeds 0 and 2 of the contract's lanes, eta_l and eta_l / 2)."""
