@@ -193,6 +193,7 @@ def stop_outside_a_write(proc, db: Path) -> None:
     raise AssertionError("the first sweep held the store's write lock at every try")
 
 
+@pytest.mark.slow  # two sweeps of processes, 14 s (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_a_sweep_relaunched_while_the_first_runs_stops_in_one_line(tmp_path):
     """The issue's case: the first sweep still trains job 0 (stopped here, alive) when the same sweep is
     launched again; the relaunch would continue job 0 from its checkpoint beside it. It exits 2 in one

@@ -164,6 +164,7 @@ def test_sigterm_to_the_batched_launcher_on_ray_checkpoints_every_group(cluster,
     assert not (sweep / ".fedbench-stop").exists()
 
 
+@pytest.mark.slow  # Ray (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_a_ray_task_takes_each_signal_written_in_the_stop_file(tmp_path, monkeypatch):
     """runs.interrupts.StopWatch: the parent's first signal, written in the stop file, runs the task's handler for
     it (GracefulInterrupt's: checkpoint after the round), the second one too; the task's own handlers come back."""
@@ -218,6 +219,7 @@ def _blocked_in_this_worker() -> list[int]:
     return sorted(int(s) for s in signals.pthread_sigmask(signals.SIG_BLOCK, []))
 
 
+@pytest.mark.slow  # a joblib pool of processes, 7 s (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_a_terminal_ctrl_c_does_not_reach_a_joblib_worker_before_its_job_arms_it():
     """A terminal's Ctrl-C goes to the whole foreground group: a loky worker still starting (importing torch to
     unpickle its job) died of the KeyboardInterrupt, and the parent printed joblib's BrokenProcessPool through Hydra

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
 
 from tests.conftest import require_data
 from tests.tracking.test_report import cli, store  # noqa: F401  (the module's MLflow store fixture)
@@ -35,6 +36,7 @@ def browser(profile):
     return webdriver.Chrome(service=Service(driver), options=options)
 
 
+@pytest.mark.slow  # a browser (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_the_results_page_loads_sorts_and_shows_its_figures_offline(store, tmp_path):  # noqa: F811
     uri, _ = store
     page = tmp_path / "pages" / "report.html"
