@@ -231,7 +231,12 @@ def log_in_once(uri: str) -> None:
     try:
         engine = sqlalchemy.create_engine(reveal(uri), poolclass=sqlalchemy.pool.NullPool)
     except Exception as exc:  # noqa: BLE001 - a driver that is not installed, a URL it cannot take
-        raise StoreUnreachableError(f"cannot use the MLflow tracking store {uri}: {one_line(exc)}") from None
+        fix = ""
+        # a driver not installed: SQLAlchemy 2.1 reads postgresql:// as psycopg 3's
+        if isinstance(exc, (ModuleNotFoundError, sqlalchemy.exc.NoSuchModuleError)):
+            fix = ("; install it, or name an installed driver in the URI (fedbench's `postgres` extra installs "
+                   "psycopg2: postgresql+psycopg2://...)")
+        raise StoreUnreachableError(f"cannot use the MLflow tracking store {uri}: {one_line(exc)}{fix}") from None
     try:
         with engine.connect():
             pass

@@ -92,6 +92,14 @@ def test_a_database_that_refuses_the_login_is_one_line_at_once(refusing_database
     assert took < 30, (took, out.stderr)
 
 
+def test_a_database_driver_that_is_not_installed_is_one_line_naming_the_one_that_is(refusing_database, tmp_path):
+    """SQLAlchemy 2.1 reads postgresql:// as psycopg 3's URI; the `postgres` extra installs psycopg2."""
+    missing = refusing_database.replace("+psycopg2", "+no_such_driver")
+    out = fedbench("run", "rounds=1", f"tracking.uri={missing}", f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
+    assert out.returncode != 0 and len(error_lines(out.stderr)) == 1, out.stderr[-2000:]
+    assert "no_such_driver" in out.stderr and "postgresql+psycopg2://" in out.stderr, out.stderr
+
+
 def test_a_reader_waiting_on_a_locked_store_says_so_and_gives_up_in_one_line(store, tmp_path, monkeypatch):  # noqa: F811
     from filelock import FileLock
 
