@@ -199,23 +199,24 @@ def aggregate(rep: Reproduction, runs: list[RunResult], extra: tuple[Metric, ...
         arm_runs = [r for r in runs if (r.method, r.group, r.setting) == (method, group, setting)]
         budget = max(r.rounds for r in arm_runs)
         for metric in (m for m in (*rep.metrics, *extra) if m.applies(group)):
-            values = np.array([measure(metric, r.logged(metric.source), r.rounds) for r in arm_runs], dtype=float)
+            columns = [r.logged(metric.source) for r in arm_runs]
+            values = np.array([measure(metric, column, r.rounds) for column, r in zip(columns, arm_runs)], dtype=float)
             finite = values[np.isfinite(values)]
             reached = len(finite)
             mean = finite.mean() if reached else (math.inf if np.isinf(values).any() else math.nan)
             if metric.is_rounds and reached < len(values):
                 mean = math.inf
             std = finite.std(ddof=1) if reached > 1 else math.nan
-            after = [after_target(metric, r.logged(metric.source)) if metric.is_rounds else (math.nan, math.nan, False) for r in arm_runs]
+            after = [after_target(metric, column) if metric.is_rounds else (math.nan, math.nan, False) for column in columns]
             rows.append(dict(method=method, group=group, setting=setting, metric=metric.name, mean=mean, std=std,
                              reached=reached, n=len(values), budget=budget - metric.offset,
                              diverged=sum(r.diverged for r in arm_runs),
                              rounds_metric=metric.is_rounds, higher=metric.mode == "max", values=values.tolist(),
                              seed_ids=[r.seed for r in arm_runs], finals=[a[0] for a in after], worst=[a[1] for a in after],
                              collapsed=[r.seed for r, a in zip(arm_runs, after) if a[2]],
-                             transient=[(r.seed, *dip) for r in arm_runs
-                                        if metric.is_rounds and (dip := transient_collapse(metric, r.logged(metric.source))) is not None],
-                             series=[curve(r.logged(metric.source)) for r in arm_runs]))
+                             transient=[(r.seed, *dip) for r, column in zip(arm_runs, columns)
+                                        if metric.is_rounds and (dip := transient_collapse(metric, column)) is not None],
+                             series=[curve(column) for column in columns]))
     return pd.DataFrame(rows)
 
 

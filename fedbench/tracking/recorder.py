@@ -22,8 +22,8 @@ from fedbench.core.errors import FedbenchError, is_disk_full, write_failure
 from fedbench.core.secrets import password_hint, redact
 from fedbench.tracking.metric_rows import write_batch
 from fedbench.tracking.plots import plot_curves, setting_title
-from fedbench.tracking.store import (StoreError, StoreUnreachableError, bound_http_retries, one_attempt, one_line, open_store, probe_server,
-                                     resolve_tracking_uri)
+from fedbench.tracking.store import (StoreError, bound_http_retries, one_attempt, one_line, open_store, probe_server,
+                                     resolve_tracking_uri, unusable_store)
 from fedbench.tracking.targets import format_rounds, rounds_to_target, target_key
 
 
@@ -230,8 +230,7 @@ class Recorder:
         except FedbenchError:
             raise
         except Exception as exc:
-            raise StoreUnreachableError(f"cannot use the MLflow tracking store {self.uri}: {one_line(exc)}"
-                                f"{password_hint(self.uri)}") from None
+            raise unusable_store(self.uri, exc, password_hint(self.uri)) from None
 
     def find_previous(self, config_hash: str):
         """The newest run of this experiment with the same config hash, FINISHED ones first; or None."""

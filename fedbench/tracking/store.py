@@ -230,21 +230,24 @@ def log_in_once(uri: str) -> None:
 
     try:
         engine = sqlalchemy.create_engine(reveal(uri), poolclass=sqlalchemy.pool.NullPool)
-    except Exception as exc:  # noqa: BLE001 - a driver that is not installed, a URL it cannot take
-        fix = ""
+    except (ModuleNotFoundError, sqlalchemy.exc.NoSuchModuleError) as exc:
         # a driver not installed: SQLAlchemy 2.1 reads postgresql:// as psycopg 3's
-        if isinstance(exc, (ModuleNotFoundError, sqlalchemy.exc.NoSuchModuleError)):
-            fix = ("; install it, or name an installed driver in the URI (fedbench's `postgres` extra installs "
-                   "psycopg2: postgresql+psycopg2://...)")
-        raise StoreUnreachableError(f"cannot use the MLflow tracking store {uri}: {one_line(exc)}{fix}") from None
+        raise unusable_store(uri, exc, "; install it, or name an installed driver in the URI (fedbench's `postgres` "
+                                       "extra installs psycopg2: postgresql+psycopg2://...)") from None
+    except Exception as exc:  # noqa: BLE001 - a URL the driver cannot take
+        raise unusable_store(uri, exc) from None
     try:
         with engine.connect():
             pass
     except Exception as exc:  # noqa: BLE001 - the driver's own error, as one line
-        raise StoreUnreachableError(f"cannot use the MLflow tracking store {uri}: {one_line(exc)}"
-                                    f"{password_hint(uri)}") from None
+        raise unusable_store(uri, exc, password_hint(uri)) from None
     finally:
         engine.dispose()
+
+
+def unusable_store(uri: str, exc: BaseException, why: str = "") -> StoreUnreachableError:
+    """The one-line error of a store that could not be opened: the library's reason, then `why`."""
+    return StoreUnreachableError(f"cannot use the MLflow tracking store {uri}: {one_line(exc)}{why}")
 
 
 # MLflow's client retries a request its server refuses 7 times with exponential backoff, about 4
