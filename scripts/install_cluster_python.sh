@@ -4,7 +4,9 @@
 # never as root; where the driver's interpreter is out of that user's reach (under /root, mode 700),
 # the server runs from this virtual environment instead: Debian's /usr/bin/python3, root-owned and
 # world-readable, with the SAME mlflow as the driver's (client and server talk HTTP only) and
-# psycopg2-binary, from the package registry.
+# psycopg2-binary, from the package registry. Where the driver has Ray, the same Ray too: Ray's nodes,
+# which root's `up` runs as FEDBENCH_RAY_USER, can run from it (FEDBENCH_RAY_PYTHON) the tasks that
+# need Ray alone, as the cluster tests do; fedbench's jobs need fedbench and torch besides.
 #
 #   sudo bash scripts/install_cluster_python.sh [VENV]   # VENV defaults to /opt/fedbench-cluster
 #
@@ -24,15 +26,18 @@ version_of() { "$1" -c 'import importlib.metadata as m, sys; print(m.version(sys
 mlflow_version=$(version_of "$PYTHON" mlflow)
 [ -n "$mlflow_version" ] || die "$PYTHON has no mlflow: install fedbench first (bash scripts/install_test_deps.sh), or set PYTHON"
 psycopg2_version=$(version_of "$PYTHON" psycopg2-binary)
+ray_version=$(version_of "$PYTHON" ray)  # none: no Ray in the environment either
+what="mlflow $mlflow_version${ray_version:+, ray $ray_version} and psycopg2"
 
 if [ -x "$VENV/bin/python" ] && [ "$(version_of "$VENV/bin/python" mlflow)" = "$mlflow_version" ] &&
-    "$VENV/bin/python" -c 'import psycopg2' 2>/dev/null; then
-  echo "install_cluster_python: $VENV already has mlflow $mlflow_version and psycopg2"
+    [ "$(version_of "$VENV/bin/python" ray)" = "$ray_version" ] && "$VENV/bin/python" -c 'import psycopg2' 2>/dev/null; then
+  echo "install_cluster_python: $VENV already has $what"
   exit 0
 fi
 umask 022  # root-owned, readable and executable by every user, writable by root alone
 "$BASE" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q "mlflow==$mlflow_version" "psycopg2-binary${psycopg2_version:+==$psycopg2_version}"
+"$VENV/bin/python" -m pip install -q "mlflow==$mlflow_version" "psycopg2-binary${psycopg2_version:+==$psycopg2_version}" \
+  ${ray_version:+"ray[default]==$ray_version"}
 "$VENV/bin/python" -c 'import mlflow, psycopg2' || die "$VENV cannot import mlflow and psycopg2 after the install"
-echo "install_cluster_python: $VENV ($("$VENV/bin/python" -V)) has mlflow $mlflow_version and psycopg2;" \
-  "local_cluster.sh up uses it for the MLflow server when run as root"
+echo "install_cluster_python: $VENV ($("$VENV/bin/python" -V)) has $what; local_cluster.sh up, run as root," \
+  "uses it for the MLflow server${ray_version:+ (and for the Ray nodes, with FEDBENCH_RAY_PYTHON)}"

@@ -24,6 +24,7 @@ if command -v apt-get >/dev/null 2>&1; then
   fi
 fi
 bash scripts/install_ray.sh test,sweeps,tune,postgres,peers,docs
-# as root, local_cluster.sh runs the MLflow server as an unprivileged user, which cannot run an
-# interpreter under /root: a virtual environment of Debian's Python with the same mlflow
+# as root, local_cluster.sh runs the MLflow server (and, in a test, Ray's nodes) as unprivileged users,
+# which cannot run an interpreter under /root: a virtual environment of Debian's Python with the same
+# mlflow and Ray
 [ "$(id -u)" -ne 0 ] || PYTHON=python3 bash scripts/install_cluster_python.sh

@@ -17,13 +17,17 @@
 #
 # Nothing listens beyond 127.0.0.1 (PostgreSQL, MLflow, every Ray part: see RAY_START). PostgreSQL
 # asks for a password (scram-sha-256); `up` generates one for the superuser and one for the role
-# `fedbench`, which owns the MLflow database and is no superuser; DIR/env (mode 600) keeps both.
+# `fedbench`, which owns the MLflow database and is no superuser; DIR/pg.admin keeps the first,
+# DIR/env the second (both mode 600).
 # Ray asks for a token (RAY_AUTH_MODE=token): `up` generates one into DIR/ray.token (mode 600), which
 # every node and every driver that sources DIR/env reads through RAY_AUTH_TOKEN_PATH (never on a
 # command line). As root, what other users reach over loopback runs unprivileged: PostgreSQL as
 # `postgres`, the MLflow server as MLFLOW_USER (a system user `up` creates), from an interpreter that
-# user can run (server_python); Ray's nodes stay root's, behind the token, and Ray's folder (which
-# Ray makes writable by all) lies in DIR/ray, mode 700.
+# user can run (server_python), and Ray's nodes as RAY_USER (ray_user): the user whose jobs they run
+# (FEDBENCH_RAY_USER, else sudo's SUDO_USER), from FEDBENCH_RAY_PYTHON (default PYTHON), with none of
+# root's environment but what they need; DIR/env and DIR/ray.token are then that user's, for its
+# drivers. Root's Ray is only FEDBENCH_RAY_USER=root, said out loud. Ray's folder (which Ray makes
+# writable by all) lies in DIR/ray, mode 700, the nodes' user's.
 # `up` takes a new or empty DIR only, and `down` removes only a DIR that `up` made (MARKER in
 # DIR/env, nothing else in DIR but what this script writes there).
 set -euo pipefail
@@ -33,12 +37,13 @@ MLFLOW_USER=${FEDBENCH_MLFLOW_USER:-fedbench-mlflow}  # runs the MLflow server w
 CLUSTER_PYTHON_DEFAULT=/opt/fedbench-cluster/bin/python  # what scripts/install_cluster_python.sh makes
 WAIT=${FEDBENCH_CLUSTER_WAIT:-120}   # seconds a part may take to come up
 RAY_CPUS=${FEDBENCH_CLUSTER_CPUS:-1} # CPUs each Ray node offers
+RAY_PYTHON=${FEDBENCH_RAY_PYTHON:-$PYTHON}  # Ray's nodes run from it (their jobs import fedbench and torch)
 
 usage() { echo "usage: $0 up|down [DIR] | $0 start|stop postgres|mlflow|head|worker [DIR]" >&2; exit 2; }
 die() { echo "local_cluster: $*" >&2; exit 1; }
 
 MARKER="# written by fedbench's scripts/local_cluster.sh up"
-LAYOUT="env pg pg.pw artifacts ray ray.token initdb.log mlflow.log mlflow.pid mlflow.started ray-head.log ray-head.pid ray-head.started
+LAYOUT="env pg pg.pw pg.admin artifacts ray ray.token initdb.log mlflow.log mlflow.pid mlflow.started ray-head.log ray-head.pid ray-head.started
   ray-worker.log ray-worker.pid ray-worker.started"
 
 ours() {  # DIR was made by `up`: its env carries MARKER and it holds nothing else (else: the odd entry)
@@ -118,6 +123,75 @@ server_python() {
     "an interpreter it can with 'bash scripts/install_cluster_python.sh' (or set FEDBENCH_CLUSTER_PYTHON): nothing started"
 }
 
+# -- as root, Ray's nodes run as RAY_USER -------------------------------------------------------
+
+# RAY_USER: who runs Ray's nodes, and AS_RAY_USER the command prefix that switches to it (empty: this
+# process's user). A Ray node runs whatever job a driver sends it, with its user's rights: as root,
+# the user whose sweeps the cluster runs (FEDBENCH_RAY_USER, else SUDO_USER: `sudo bash ... up`), and
+# root only when FEDBENCH_RAY_USER=root says so; not root, this user (naming another is refused).
+ray_user() {
+  AS_RAY_USER=()
+  if [ "$(id -u)" -ne 0 ]; then
+    RAY_USER=$(id -un)
+    [ -z "${FEDBENCH_RAY_USER:-}" ] || [ "$FEDBENCH_RAY_USER" = "$RAY_USER" ] ||
+      die "FEDBENCH_RAY_USER=$FEDBENCH_RAY_USER: only root's up runs Ray as another user (this is $RAY_USER): nothing started"
+    return 0
+  fi
+  RAY_USER=${FEDBENCH_RAY_USER:-}
+  if [ -z "$RAY_USER" ] && [ -n "${SUDO_USER:-}" ] && [ "$SUDO_USER" != root ]; then RAY_USER=$SUDO_USER; fi
+  [ -n "$RAY_USER" ] || die "as root, Ray's nodes run as the user whose jobs they run (a job sent to a node" \
+    "runs with its rights): name it with FEDBENCH_RAY_USER=USER (sudo's SUDO_USER is taken by default), or" \
+    "FEDBENCH_RAY_USER=root to run them as root: nothing started"
+  id -u "$RAY_USER" >/dev/null 2>&1 || die "FEDBENCH_RAY_USER=$RAY_USER: no such user: nothing started"
+  [ "$(id -u "$RAY_USER")" -eq 0 ] ||
+    AS_RAY_USER=(setpriv --reuid="$RAY_USER" --regid="$(id -g "$RAY_USER")" --init-groups --no-new-privs --)
+}
+
+ray_env() {  # in a subshell, for another user's nodes: only what Ray and the jobs need of root's environment
+  local name home  # (no secret of root's reaches them), with that user's HOME
+  for name in $(compgen -e); do
+    case $name in
+      PATH|LANG|LC_*|TZ|PYTHONPATH|VIRTUAL_ENV|TMPDIR|CUDA_VISIBLE_DEVICES|OMP_NUM_THREADS|MKL_NUM_THREADS) ;;
+      RAY_AUTH_MODE|RAY_AUTH_TOKEN_PATH|RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER|RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL) ;;
+      DASHBOARD_METRIC_PORT|AUTOSCALER_METRIC_PORT) ;;
+      *) unset "$name" ;;
+    esac
+  done
+  home=$(getent passwd "$RAY_USER" | cut -d: -f6)
+  export HOME=${home:-/nonexistent} USER=$RAY_USER LOGNAME=$RAY_USER
+}
+
+# Ray's nodes run from RAY_PYTHON as RAY_USER: it must import the driver's Ray, on the Python version
+# Ray accepts (RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL: patch, or minor); else one line, nothing started.
+# Without fedbench or torch there, the nodes run Ray's tasks but no fedbench job: said, not refused.
+ray_python() {
+  ray_user
+  RAY_PYTHON=$(command -v "$RAY_PYTHON" || echo "$RAY_PYTHON")  # the nodes' PATH is not this shell's
+  local probe='import importlib.metadata as m, importlib.util as u, platform
+try:
+    ray = m.version("ray")
+except m.PackageNotFoundError:
+    raise SystemExit("it has no ray")
+print(ray, platform.python_version(), *[x for x in ("fedbench", "torch") if u.find_spec(x) is None])'
+  local driver found level=${RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL:-patch}
+  driver=$("$PYTHON" -c "$probe" 2>/dev/null) ||
+    die "$PYTHON cannot import ray (PYTHON: the interpreter with fedbench, mlflow, psycopg2 and ray): nothing started"
+  found=$( ( [ ${#AS_RAY_USER[@]} -eq 0 ] || ray_env; cd / && "${AS_RAY_USER[@]}" "$RAY_PYTHON" -c "$probe") 2>&1 |
+    tail -n 1 || true)
+  local want=(${driver}) got=(${found}) why="" ours theirs
+  if [ "$level" = minor ]; then ours=${want[1]%.*} theirs=${got[1]:-}; theirs=${theirs%.*}
+  else ours=${want[1]} theirs=${got[1]:-}; fi
+  if ! [[ ${got[0]:-} =~ ^[0-9][0-9a-z.+]*$ ]]; then why="${found:-cannot run it}"
+  elif [ "${got[0]}" != "${want[0]}" ]; then why="it has ray ${got[0]}, the driver ${want[0]}"
+  elif [ "$theirs" != "$ours" ]; then
+    why="it is Python ${got[1]}, the driver ${want[1]} (Ray asks for the same $level version; RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL=minor relaxes it)"
+  fi
+  [ -z "$why" ] || die "Ray's nodes run as the user $RAY_USER, which cannot use $RAY_PYTHON: $why - set" \
+    "FEDBENCH_RAY_PYTHON to an interpreter $RAY_USER can run with ray ${want[0]}, fedbench and torch: nothing started"
+  [ ${#got[@]} -le 2 ] || echo "local_cluster: warning: $RAY_PYTHON, run by $RAY_USER, lacks ${got[*]:2}: Ray's nodes run" \
+    "tasks, but no fedbench job (FEDBENCH_RAY_PYTHON: an interpreter with fedbench and torch)" >&2
+}
+
 wait_for() {  # wait_for <what> <name> <command...>: poll the command until it succeeds, at most WAIT s,
   local what=$1 name=$2; shift 2  # and fail at once when the process group <name> has exited
   local t=0
@@ -189,14 +263,19 @@ from ray.scripts.scripts import main
 sys.argv[0] = "ray"
 main()'
 
-ray_node() {  # ray_node <name> <ray start arguments...>: one Ray node, kept by `ray start --block`
+ray_node() {  # ray_node <name> <ray start arguments...>: one Ray node as RAY_USER, kept by `ray start --block`
   local name=$1; shift
-  # no database password in Ray's environment: its workers run users' code and record through MLflow
-  start_bg "ray-$name" env -u PGPASSWORD -u PGPASSFILE "$PYTHON" -c "$RAY_START" start --block --node-ip-address=127.0.0.1 \
+  local node=("$RAY_PYTHON" -c "$RAY_START" start --block --node-ip-address=127.0.0.1 \
     --num-cpus="$RAY_CPUS" --object-store-memory=100000000 --disable-usage-stats --temp-dir="$DIR/ray/r" \
     --node-manager-port="$(free_port)" --object-manager-port="$(free_port)" --metrics-export-port="$(free_port)" \
     --dashboard-agent-listen-port="$(free_port)" --dashboard-agent-grpc-port="$(free_port)" \
-    --runtime-env-agent-port="$(free_port)" "$@"
+    --runtime-env-agent-port="$(free_port)" "$@")
+  ray_user
+  if [ ${#AS_RAY_USER[@]} -gt 0 ]; then  # another user's: root's environment stays root's
+    (ray_env; cd / && start_bg "ray-$name" "${AS_RAY_USER[@]}" "${node[@]}")
+  else  # no database password in Ray's environment: its workers run users' code and record through MLflow
+    start_bg "ray-$name" env -u PGPASSWORD -u PGPASSFILE "${node[@]}"
+  fi
 }
 
 exposed_sockets() {  # the cluster's processes' TCP listeners on any address but loopback, from /proc
@@ -247,8 +326,8 @@ sys.exit(1)
 EOF
 }
 
-nodes_alive() {  # the cluster has at least $1 live nodes
-  "$PYTHON" - "$RAY_ADDRESS" "$1" <<'EOF'
+nodes_alive() {  # the cluster has at least $1 live nodes (a bounded poll: ray.init waits on a dead GCS for good)
+  timeout 30 "$PYTHON" - "$RAY_ADDRESS" "$1" <<'EOF'
 import sys
 import ray
 ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
@@ -260,6 +339,7 @@ EOF
 start_part() {
   # shellcheck disable=SC1091
   source "$DIR/env"
+  RAY_PYTHON=$FEDBENCH_RAY_PYTHON  # what up chose (FEDBENCH_RAY_USER likewise)
   case $1 in
     postgres)
       # address, port and socket folder are in postgresql.conf (up): pg_ctl -o would split a folder name on spaces
@@ -300,13 +380,15 @@ up() {
   [ -z "$(ls -A "$DIR")" ] || die "$DIR is not empty: up takes a new or empty folder (down removes all of it)"
   if [ "$(id -u)" -eq 0 ]; then  # PostgreSQL and the MLflow server, unprivileged, write in DIR
     mlflow_user
-    local who
-    for who in postgres "$MLFLOW_USER"; do
+    local who users=(postgres "$MLFLOW_USER") parts="PostgreSQL runs as postgres and the MLflow server as $MLFLOW_USER"
+    if [ ${#AS_RAY_USER[@]} -gt 0 ]; then
+      users+=("$RAY_USER") parts="PostgreSQL runs as postgres, the MLflow server as $MLFLOW_USER and Ray as $RAY_USER"
+    fi
+    for who in "${users[@]}"; do
       id "$who" >/dev/null 2>&1 || continue  # no postgres user: as_pg says so
       setpriv --reuid="$who" --regid="$(id -g "$who")" --init-groups -- test -x "$(dirname "$DIR")" ||
-        die "the user $who cannot reach $DIR (a folder above it is closed to other users), and as root PostgreSQL" \
-          "runs as postgres and the MLflow server as $MLFLOW_USER: take a folder both can reach, such as the default" \
-          "/tmp/fedbench-cluster: nothing started"
+        die "the user $who cannot reach $DIR (a folder above it is closed to other users), and as root $parts:" \
+          "take a folder they all can reach, such as the default /tmp/fedbench-cluster: nothing started"
     done
   fi
   mkdir -p "$DIR/artifacts"
@@ -322,19 +404,26 @@ up() {
   (umask 077; "$PYTHON" -c 'import secrets; print(secrets.token_hex(32), end="")' >"$DIR/ray.token")
   local admin_pw role_pw
   admin_pw=$(secret) role_pw=$(secret)
+  # the PostgreSQL superuser's password stays the invoker's (DIR/env goes to Ray's user, below)
+  (umask 077; printf '%s\n' "PG_ADMIN=fedbench_admin PG_ADMIN_PASSWORD=$admin_pw" >"$DIR/pg.admin")
   (umask 077; cat >"$DIR/env" <<EOF
 $MARKER
 export PG_PORT=$(free_port) MLFLOW_PORT=$(free_port) RAY_PORT=$(free_port) RAY_CLIENT_SERVER_PORT=$(free_port)
 # PostgreSQL's role fedbench (owns the database mlflow, no superuser); libpq reads PGPASSWORD
 export FEDBENCH_POSTGRES_URI=postgresql+psycopg2://fedbench@127.0.0.1:\$PG_PORT/mlflow PGPASSWORD=$role_pw
-PG_ADMIN=fedbench_admin PG_ADMIN_PASSWORD=$admin_pw
 export MLFLOW_TRACKING_URI=http://127.0.0.1:\$MLFLOW_PORT
 export RAY_ADDRESS=127.0.0.1:\$RAY_PORT RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
 # Ray refuses any process without the token: nodes and drivers read it from this file
 export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$(printf %q "$DIR/ray.token")
 export DASHBOARD_METRIC_PORT=$(free_port) AUTOSCALER_METRIC_PORT=$(free_port)
+${RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL:+export RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL=$RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL}
+# who runs Ray's nodes, from which interpreter (start head|worker reads them)
+FEDBENCH_RAY_USER=$(printf %q "$RAY_USER") FEDBENCH_RAY_PYTHON=$(printf %q "$RAY_PYTHON")
 EOF
   )
+  if [ ${#AS_RAY_USER[@]} -gt 0 ]; then  # Ray's user runs the nodes and the drivers: its folder, its token, its env
+    chown "$RAY_USER:$(id -g "$RAY_USER")" "$DIR/ray" "$DIR/ray.token" "$DIR/env"
+  fi
   trap failed_up EXIT
   mkdir -p "$DIR/pg"
   [ "$(id -u)" -ne 0 ] || chown postgres "$DIR/pg"
@@ -367,7 +456,7 @@ EOF
   trap - EXIT
   echo "local cluster up in $DIR:"
   printf '  %s\n' "PostgreSQL     $FEDBENCH_POSTGRES_URI" "MLflow server  $MLFLOW_TRACKING_URI (artifacts in $DIR/artifacts)" \
-    "Ray head       $RAY_ADDRESS, with one worker node (token: $DIR/ray.token)" \
+    "Ray head       $RAY_ADDRESS, with one worker node, run by $RAY_USER (token: $DIR/ray.token)" \
     "source $DIR/env sets RAY_ADDRESS, RAY_AUTH_MODE, RAY_AUTH_TOKEN_PATH, MLFLOW_TRACKING_URI, FEDBENCH_POSTGRES_URI, PGPASSWORD (nothing listens beyond 127.0.0.1)"
 }
 
@@ -394,7 +483,8 @@ case $cmd in
   *) usage ;;
 esac
 if [ "$cmd" = up ]; then
-  SERVER_PYTHON=$(server_python)  # as root: checked before anything is made or started
+  ray_python  # as root: RAY_USER and AS_RAY_USER, checked before anything is made or started
+  SERVER_PYTHON=$(server_python)  # likewise
   mkdir -p "$DIR"
 elif [ ! -d "$DIR" ]; then
   [ "$cmd" = down ] && exit 0  # nothing up there

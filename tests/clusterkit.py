@@ -21,6 +21,10 @@ SCRIPT = ROOT / "scripts" / "local_cluster.sh"
 PARTS = ("postgres", "mlflow", "head", "worker")
 CLUSTER_PYTHON = "/opt/fedbench-cluster/bin/python"  # scripts/install_cluster_python.sh's
 MLFLOW_USER = "fedbench-mlflow"  # who runs the MLflow server when the script runs as root
+# As root, `up` runs Ray's nodes as the user FEDBENCH_RAY_USER names. The suite's cluster runs fedbench's
+# jobs, whose interpreter here is root's (under /root, mode 700): it says root, out loud; the nodes as
+# another user are tests/runs/test_security.py's (a Ray task, from install_cluster_python.sh's Ray).
+RAY_AS_ROOT = {"FEDBENCH_RAY_USER": "root"} if os.geteuid() == 0 else {}
 
 
 def missing() -> str | None:
@@ -51,7 +55,7 @@ class LocalCluster:
 
     def __init__(self, folder: Path):
         self.dir = folder
-        self.env = {**env(), "PYTHON": sys.executable}
+        self.env = {**env(), "PYTHON": sys.executable, **RAY_AS_ROOT}
         shown = self._script("up", timeout=600).stdout
         self.exported = exported(folder / "env")
         self.ray_address, self.mlflow_uri, self.postgres_uri = (

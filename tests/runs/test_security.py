@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.clusterkit import (
+    CLUSTER_PYTHON,
     MLFLOW_USER,
+    RAY_AS_ROOT,
     SCRIPT,
     is_loopback,
     listening_sockets,
@@ -28,9 +30,9 @@ from tests.faultkit import SMALL, env, error_lines, fedbench
 SECRET = "Hunter2-s3cret-pw"
 
 
-def script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), *args], env={**env(), "PYTHON": sys.executable}, capture_output=True,
-                          text=True, timeout=120)
+def script(*args: str, **settings: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], env={**env(), "PYTHON": sys.executable, **RAY_AS_ROOT, **settings},
+                          capture_output=True, text=True, timeout=120)
 
 
 def files_holding(folder: Path, needle: str) -> list[Path]:
@@ -210,7 +212,7 @@ def test_up_as_root_refuses_a_server_interpreter_its_user_cannot_use_before_maki
     folder = tmp_path / "c"
     out = subprocess.run(["bash", str(SCRIPT), "up", str(folder)], capture_output=True, text=True, timeout=120,
                          env={**env(), "PYTHON": sys.executable, "FEDBENCH_CLUSTER_PYTHON": interpreter,
-                              "FEDBENCH_MLFLOW_USER": "nobody"})
+                              "FEDBENCH_MLFLOW_USER": "nobody", **RAY_AS_ROOT})
     try:
         assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-3000:]
         [line] = out.stderr.strip().splitlines()
@@ -239,7 +241,7 @@ def test_up_as_root_refuses_a_folder_its_unprivileged_parts_cannot_reach(tmp_pat
         out = script("up", str(folder))
         assert out.returncode == 1 and out.stderr.strip() == (
             f"local_cluster: the user postgres cannot reach {folder} (a folder above it is closed to other users), and "
-            f"as root PostgreSQL runs as postgres and the MLflow server as {MLFLOW_USER}: take a folder both can "
+            f"as root PostgreSQL runs as postgres and the MLflow server as {MLFLOW_USER}: take a folder they all can "
             "reach, such as the default /tmp/fedbench-cluster: nothing started"), out.stderr[-3000:]
         assert list(folder.iterdir()) == []
     finally:
@@ -413,6 +415,53 @@ def test_the_ray_token_is_on_no_command_line_and_in_no_file_but_its_own(cluster)
     assert (cluster.dir / "ray").stat().st_mode & 0o777 == 0o700  # Ray's own folder in it is mode 777
 
 
+NO_RAY_USER = ("as root, Ray's nodes run as the user whose jobs they run (a job sent to a node runs with its rights): "
+               "name it with FEDBENCH_RAY_USER=USER (sudo's SUDO_USER is taken by default), or FEDBENCH_RAY_USER=root "
+               "to run them as root")
+
+
+@as_root
+@pytest.mark.parametrize(("settings", "why"), [
+    ({}, NO_RAY_USER),
+    ({"SUDO_USER": "root"}, NO_RAY_USER),  # sudo from a root shell names no other user
+    ({"FEDBENCH_RAY_USER": "no-such-user-fb"}, "FEDBENCH_RAY_USER=no-such-user-fb: no such user"),
+    ({"FEDBENCH_RAY_USER": "nobody", "FEDBENCH_RAY_PYTHON": "/usr/bin/python3"},
+     "Ray's nodes run as the user nobody, which cannot use /usr/bin/python3: it has no ray - set FEDBENCH_RAY_PYTHON to "
+     "an interpreter nobody can run with ray {ray}, fedbench and torch"),
+    ({"FEDBENCH_RAY_USER": "nobody", "FEDBENCH_RAY_PYTHON": sys.executable},
+     "Ray's nodes run as the user nobody, which cannot use {python}: <why> - set FEDBENCH_RAY_PYTHON to "
+     "an interpreter nobody can run with ray {ray}, fedbench and torch")],
+    ids=["none", "sudo-from-root", "unknown", "no-ray", "out-of-reach"])
+def test_up_as_root_runs_ray_as_a_user_it_names_and_checks_before_making_anything(tmp_path, settings, why):
+    """A Ray node runs whatever job a driver sends it, with its user's rights: as root, `up` runs the
+    nodes as the user named (FEDBENCH_RAY_USER, else sudo's SUDO_USER), root only when named; no
+    such user, or an interpreter that user cannot run with the driver's Ray, is one line before
+    anything is made or started."""
+    import importlib.metadata
+    import re
+
+    python = settings.get("FEDBENCH_RAY_PYTHON")
+    if python == sys.executable and reachable_by_all(Path(python)):
+        pytest.skip(f"{python} is within every user's reach here")
+    if python == "/usr/bin/python3" and (not Path(python).exists() or subprocess.run(
+            [python, "-c", "import ray"], capture_output=True, check=False).returncode == 0):
+        pytest.skip(f"{python} is absent or has ray")
+    folder = tmp_path / "c"
+    base = {k: v for k, v in env().items() if k not in ("FEDBENCH_RAY_USER", "FEDBENCH_RAY_PYTHON", "SUDO_USER")}
+    out = subprocess.run(["bash", str(SCRIPT), "up", str(folder)], capture_output=True, text=True, timeout=120,
+                         env={**base, "PYTHON": sys.executable, **settings})
+    try:
+        assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-3000:]
+        # under /root, mode 700: refused, or (some kernels still exec it) run without its packages
+        pattern = re.escape(why.format(ray=importlib.metadata.version("ray"), python=sys.executable)).replace(
+            re.escape("<why>"), "(.*Permission denied|it has no ray)")
+        assert re.fullmatch(f"local_cluster: {pattern}: nothing started", out.stderr.strip()), out.stderr
+        assert not folder.exists()
+    finally:
+        if (folder / "env").exists():  # a script that did not check started a whole cluster
+            script("down", str(folder))
+
+
 @pytest.mark.slow
 @as_root
 def test_as_root_the_mlflow_server_runs_as_its_own_unprivileged_user(cluster):
@@ -438,6 +487,83 @@ def test_as_root_the_mlflow_server_runs_as_its_own_unprivileged_user(cluster):
     assert {p.name for p in cluster.dir.iterdir() if p.stat().st_uid == user.pw_uid} == {"artifacts"}
     for secret in ("env", "ray.token"):
         assert (cluster.dir / secret).stat().st_mode & 0o077 == 0  # out of the server's reach
+
+
+@pytest.mark.slow
+@as_root
+def test_as_root_ray_runs_as_the_user_named_with_none_of_roots_environment(tmp_path):
+    """Ray's nodes as FEDBENCH_RAY_USER (`nobody` here, from install_cluster_python.sh's Ray: this
+    machine's fedbench and torch are under /root): every process of both nodes and the tasks run as
+    that user, none holds root's secrets (the database's, or any other of root's environment), Ray's
+    folder, token and DIR/env are that user's while PostgreSQL's superuser password stays root's, and
+    a node started again runs as the user `up` chose."""
+    import importlib.metadata
+    import pwd
+    import re
+    import shutil
+    import tempfile
+
+    from tests.clusterkit import exported
+    from tests.conftest import require_data
+
+    probe = subprocess.run([CLUSTER_PYTHON, "-c", "import importlib.metadata as m, platform; "
+                            "print(m.version('ray'), platform.python_version())"], capture_output=True, text=True)
+    require_data(probe.returncode == 0 and probe.stdout.split()[0] == importlib.metadata.version("ray"),
+                 f"{CLUSTER_PYTHON} has not the driver's Ray (bash scripts/install_cluster_python.sh)")
+    nobody = pwd.getpwnam("nobody")
+    level = {} if probe.stdout.split()[1] == ".".join(map(str, sys.version_info[:3])) else {
+        "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL": "minor"}  # Debian's 3.11.2 beside the driver's 3.11.x
+    root_secret = "roots-own-" + os.urandom(8).hex()
+    folder = Path(tempfile.mkdtemp(prefix="fbr", dir="/tmp")) / "c"  # short: Ray's socket paths
+    folder.parent.chmod(0o755)  # as root, the unprivileged parts must reach the folder
+    as_nobody = {"FEDBENCH_RAY_USER": "nobody", "FEDBENCH_RAY_PYTHON": CLUSTER_PYTHON, **level}
+
+    def ray_pids() -> dict[int, tuple[int, ...]]:
+        groups = {int((folder / f"{name}.pid").read_text()) for name in ("ray-head", "ray-worker")}
+        return {int(p.name): _uid(int(p.name)) for p in Path("/proc").iterdir()
+                if p.name.isdigit() and _pgid(int(p.name)) in groups}
+
+    try:
+        up = subprocess.run(["bash", str(SCRIPT), "up", str(folder)], capture_output=True, text=True, timeout=600,
+                            env={**env(), "PYTHON": sys.executable, "FEDBENCH_ROOTS_OWN_SECRET": root_secret, **as_nobody})
+        assert up.returncode == 0, up.stderr[-3000:]
+        assert "with one worker node, run by nobody" in up.stdout
+        assert re.fullmatch(re.escape(f"local_cluster: warning: {CLUSTER_PYTHON}, run by nobody, lacks ") +
+                            "(fedbench )?torch" +  # fedbench: through the checkout's PYTHONPATH, where nobody reads it
+                            re.escape(": Ray's nodes run tasks, but no fedbench job (FEDBENCH_RAY_PYTHON: an interpreter "
+                                      "with fedbench and torch)"), up.stderr.strip()), up.stderr[-3000:]
+        cluster = exported(folder / "env")
+        processes = ray_pids()
+        assert len(processes) >= 4 and set(processes.values()) == {(nobody.pw_uid,) * 4}, processes
+        for pid in processes:
+            environ = _environ(pid)
+            assert root_secret.encode() not in environ and cluster["PGPASSWORD"].encode() not in environ, pid
+        for name, mode in (("ray", 0o700), ("ray.token", 0o600), ("env", 0o600)):
+            info = (folder / name).stat()
+            assert (info.st_uid, info.st_mode & 0o777) == (nobody.pw_uid, mode), name
+        admin = (folder / "pg.admin").stat()
+        assert (admin.st_uid, admin.st_mode & 0o777) == (0, 0o600)
+        assert "PG_ADMIN_PASSWORD=" in (folder / "pg.admin").read_text()
+        assert "PG_ADMIN" not in (folder / "env").read_text()
+        task = ("import os, sys, ray\nray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
+                "@ray.remote\ndef who():\n    return os.geteuid(), sorted(os.environ)\n"
+                "print('task', *ray.get(who.remote()))")
+        ran = subprocess.run([sys.executable, "-c", task, cluster["RAY_ADDRESS"]], capture_output=True, text=True,
+                             timeout=300, env={**env(), **cluster, "HOME": str(tmp_path)})
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        [line] = [line for line in ran.stdout.splitlines() if line.startswith("task ")]
+        assert line.startswith(f"task {nobody.pw_uid} ") and "FEDBENCH_ROOTS_OWN_SECRET" not in line, line
+        # a node started again is `up`'s choice, whatever this shell says
+        for command in ("stop", "start"):
+            again = subprocess.run(["bash", str(SCRIPT), command, "worker", str(folder)], capture_output=True, text=True,
+                                   timeout=600, env={**env(), "PYTHON": sys.executable, **RAY_AS_ROOT})
+            assert again.returncode == 0, again.stderr[-3000:]
+        assert set(ray_pids().values()) == {(nobody.pw_uid,) * 4}
+    finally:
+        if (folder / "env").exists():
+            down = script("down", str(folder))
+            assert down.returncode == 0 and not folder.exists(), down.stderr[-3000:]
+        shutil.rmtree(folder.parent, ignore_errors=True)
 
 
 def _uid(pid: int) -> tuple[int, ...]:
