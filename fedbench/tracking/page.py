@@ -6,6 +6,7 @@ are inline, figures are embedded as base64 PNG; tables are pandas Stylers, the p
 from __future__ import annotations
 
 import base64
+import hashlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,10 +31,16 @@ class Section:
     not_held: str = "does not hold"  # below a paper's scale: "does not hold at this scale"
 
 
-def table_html(table: pd.DataFrame) -> str:
-    """A table as HTML (pandas Styler, cells escaped), marked sortable for the page's script."""
+def table_html(table: pd.DataFrame, where: str = "") -> str:
+    """A table as HTML (pandas Styler, cells escaped), marked sortable for the page's script. Its id
+    comes from where it sits (`where`: its section and caption) and what it holds, not from pandas'
+    random one: a page made again from the same record is the same file, and a diff shows what changed."""
+    from pandas.io.formats.style import Styler
+
     show = table.astype(str) if not table.empty else table
-    styler = show.style.hide(axis="index").format(escape="html").format_index(escape="html", axis=1)
+    uuid = hashlib.sha256(f"{where}\0{show.to_csv()}".encode()).hexdigest()[:12]
+    styler = Styler(show, uuid=uuid, cell_ids=False).hide(axis="index").format(escape="html").format_index(
+        escape="html", axis=1)
     return styler.to_html(table_attributes='class="sortable"')
 
 
@@ -53,7 +60,7 @@ def environment():
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=jinja2.select_autoescape(["j2"]))
-    env.filters["table_html"] = lambda t: jinja2.utils.markupsafe.Markup(table_html(t))
+    env.filters["table_html"] = lambda t, where="": jinja2.utils.markupsafe.Markup(table_html(t, where))
     env.filters["figure_src"] = figure_src
     return env
 

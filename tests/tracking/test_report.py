@@ -289,3 +289,19 @@ def test_a_run_that_fedbench_did_not_record_is_left_out_with_a_note(tmp_path):
     out = cli("report", "--uri", uri)
     assert out.exit_code == 0, out.output
     assert "fedavg" in out.output and "1 FINISHED run(s) without the param algorithm.name" in out.output
+
+
+def test_a_page_made_again_from_the_same_tables_is_the_same_file():
+    """pandas gives each Styler a random id: every rebuild of docs/results.html changed every table's
+    id lines. The ids now follow each table's place and content, unique on the page."""
+    import re
+
+    from fedbench.tracking.page import Section, render_section
+
+    table = pd.DataFrame({"method": ["fedavg", "<b>x</b>"], "rounds": [3, 5]})
+    section = Section("Entry", tables=[("rounds", table), ("rounds", table), ("other", table.iloc[:1])])
+    first, again = render_section(section), render_section(section)
+    assert first == again
+    ids = re.findall(r'id="([^"]+)"', first)
+    assert len(ids) == 3 and len(set(ids)) == 3, ids  # the tables' own ids, no per-cell ids
+    assert "&lt;b&gt;x&lt;/b&gt;" in first and "<b>x</b>" not in first
