@@ -204,10 +204,13 @@ class Job:
                 raise ConfigError(f"{self.checkpoint} was written by a different config; refusing to resume")
             resumed_run_id = meta["run_id"]
             at_targets = self.reached(self.state.history)
-            done = recorder.finished_run(resumed_run_id) if self.state.round >= fed.rounds or at_targets else None
-            if done is not None:  # nothing left to train or record: never log targets or artifacts twice
-                say(f"MLflow run {resumed_run_id} already FINISHED "
-                    f"{'at its targets' if at_targets else f'all {fed.rounds} rounds'}; nothing to resume")
+            # a FINISHED record is never resumed, whatever round its checkpoint holds: a run continued with
+            # checkpoint_every=0, or whose final checkpoint did not fit, keeps an older one beside its whole record
+            done = recorder.finished_run(resumed_run_id)
+            if done is not None:  # nothing left to train or record: never log rounds, targets or artifacts twice
+                how = ("at its targets" if at_targets else f"all {fed.rounds} rounds" if self.state.round >= fed.rounds
+                       else f"(its checkpoint, of round {self.state.round}, is older than its record)")
+                say(f"MLflow run {resumed_run_id} already FINISHED {how}; nothing to resume")
                 return recorder.summary_of(done)
             say(f"resuming MLflow run {resumed_run_id} from round {self.state.round} ({self.checkpoint})")
         with interrupts.held_signals():  # the record created and its id kept, or neither

@@ -294,3 +294,47 @@ def test_divergence_fails_the_run_at_the_first_non_finite_round(tmp_path):
     assert run.info.status == "FAILED"
     assert run.data.tags["failure_round"] == str(first)
     assert run.data.tags["failure_reason"].startswith("non-finite")
+
+
+def test_a_finished_run_whose_checkpoint_is_older_than_its_record_is_not_resumed(tmp_path, monkeypatch, capsys):
+    """A FINISHED record is never resumed, whatever round its checkpoint holds. Two ways to a checkpoint older than the
+    record: a run stopped with tracking.checkpoint_every=0 (the stop's checkpoint) and continued to its end (no final
+    checkpoint), and a run whose final checkpoint did not fit. Resumed again, each trained its last rounds once more."""
+    import signal
+
+    from fedbench.runs.single import Job, run_job
+
+    real_on_round = Job.on_round
+
+    def stopped_at_round_2(self, st, metrics):  # a stop asked during round 2 (what SIGTERM's handler does): the run
+        if st.round == 2 and not self.cfg.get("resume"):  # checkpoints the round and stops
+            self.stop.requested, self.stop.signum = True, signal.SIGTERM
+        return real_on_round(self, st, metrics)
+
+    monkeypatch.setattr(Job, "on_round", stopped_at_round_2)
+    never = [*SMALL, "rounds=4", "tracking.checkpoint_every=0"]
+    with pytest.raises(KeyboardInterrupt):
+        run_job_in(tmp_path, *never)
+    run_dir = tmp_path / "run"
+    assert torch.load(run_dir / "checkpoint.pt", weights_only=True)["round"] == 2
+    assert run_job_in(tmp_path, *never, "resume=true")["rounds"] == 4  # continued to its end: no final checkpoint
+    monkeypatch.undo()
+    calls = fill_disk_at_second_checkpoint(monkeypatch)
+    run_job_in(tmp_path, *SMALL, "rounds=4", "tracking.checkpoint_every=2", run_dir=tmp_path / "full")
+    monkeypatch.undo()
+    assert len(calls) == 2
+    client, finished = runs(tmp_path / "m.db")
+    assert [r.info.status for r in finished] == ["FINISHED", "FINISHED"]
+    before = {r.info.run_id: client.get_metric_history(r.info.run_id, "test_accuracy") for r in finished}
+    capsys.readouterr()
+    trained = []
+    monkeypatch.setattr(Job, "on_round", lambda self, st, metrics: trained.append(st.round))
+    for overrides, folder in ((never, run_dir), ([*SMALL, "rounds=4", "tracking.checkpoint_every=2"], tmp_path / "full")):
+        assert torch.load(folder / "checkpoint.pt", weights_only=True)["round"] == 2
+        summary = run_job(make_cfg(f"tracking.uri=sqlite:///{tmp_path}/m.db", *overrides, "resume=true"), folder)
+        assert summary["rounds"] == 4
+    assert trained == []
+    said = [line for line in capsys.readouterr().err.splitlines() if "nothing to resume" in line]
+    assert len(said) == 2 and all("already FINISHED (its checkpoint, of round 2, is older than its record)" in line
+                                  for line in said), said
+    assert {r.info.run_id: client.get_metric_history(r.info.run_id, "test_accuracy") for r in finished} == before
