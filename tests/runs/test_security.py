@@ -185,6 +185,16 @@ def test_up_refuses_a_folder_that_holds_anything(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
+def skip_where_usable(interpreter: str, module: str) -> None:
+    """A refusal of `interpreter` needs one an unprivileged user cannot use: this one's out of its reach (under
+    /root), another without `module`. Skip where this machine's is usable."""
+    if interpreter == sys.executable and reachable_by_all(Path(interpreter)):
+        pytest.skip(f"{interpreter} is within every user's reach here")
+    if interpreter != sys.executable and (not Path(interpreter).exists() or subprocess.run(
+            [interpreter, "-c", f"import {module}"], capture_output=True, check=False).returncode == 0):
+        pytest.skip(f"{interpreter} is absent or has {module}")
+
+
 def as_root(test):
     """Only root's `up` runs the MLflow server as another user (setpriv switches to it)."""
     import shutil
@@ -204,11 +214,7 @@ def test_up_as_root_refuses_a_server_interpreter_its_user_cannot_use_before_maki
     import re
     import shutil
 
-    if interpreter == sys.executable and reachable_by_all(Path(interpreter)):
-        pytest.skip(f"{interpreter} is within every user's reach here")
-    if why == "No module named" and (not Path(interpreter).exists() or subprocess.run(
-            [interpreter, "-c", "import mlflow"], capture_output=True, check=False).returncode == 0):
-        pytest.skip(f"{interpreter} is absent or has mlflow")
+    skip_where_usable(interpreter, "mlflow")
     folder = tmp_path / "c"
     out = subprocess.run(["bash", str(SCRIPT), "up", str(folder)], capture_output=True, text=True, timeout=120,
                          env={**env(), "PYTHON": sys.executable, "FEDBENCH_CLUSTER_PYTHON": interpreter,
@@ -440,12 +446,8 @@ def test_up_as_root_runs_ray_as_a_user_it_names_and_checks_before_making_anythin
     import importlib.metadata
     import re
 
-    python = settings.get("FEDBENCH_RAY_PYTHON")
-    if python == sys.executable and reachable_by_all(Path(python)):
-        pytest.skip(f"{python} is within every user's reach here")
-    if python == "/usr/bin/python3" and (not Path(python).exists() or subprocess.run(
-            [python, "-c", "import ray"], capture_output=True, check=False).returncode == 0):
-        pytest.skip(f"{python} is absent or has ray")
+    if "FEDBENCH_RAY_PYTHON" in settings:
+        skip_where_usable(settings["FEDBENCH_RAY_PYTHON"], "ray")
     folder = tmp_path / "c"
     base = {k: v for k, v in env().items() if k not in ("FEDBENCH_RAY_USER", "FEDBENCH_RAY_PYTHON", "SUDO_USER")}
     out = subprocess.run(["bash", str(SCRIPT), "up", str(folder)], capture_output=True, text=True, timeout=120,
