@@ -568,6 +568,50 @@ def test_as_root_ray_runs_as_the_user_named_with_none_of_roots_environment(tmp_p
         shutil.rmtree(folder.parent, ignore_errors=True)
 
 
+@pytest.mark.slow
+@as_root
+def test_up_by_an_unprivileged_user_runs_every_part_as_that_user(tmp_path):
+    """What a user without root gets (the tests otherwise run as root): `up` as `nobody`, from
+    install_cluster_python.sh's interpreter, runs PostgreSQL, the MLflow server and both Ray nodes as
+    `nobody`; naming another user for Ray is one line, nothing started; `down` removes it all."""
+    import pwd
+    import shutil
+    import tempfile
+
+    from tests.clusterkit import exported
+    from tests.conftest import require_data
+
+    require_data(subprocess.run([CLUSTER_PYTHON, "-c", "import ray, mlflow, psycopg2"], capture_output=True).returncode == 0,
+                 f"{CLUSTER_PYTHON} lacks ray, mlflow or psycopg2 (bash scripts/install_cluster_python.sh)")
+    nobody = pwd.getpwnam("nobody")
+    folder = Path(tempfile.mkdtemp(prefix="fbn", dir="/tmp"))
+    os.chown(folder, nobody.pw_uid, nobody.pw_gid)
+
+    def as_nobody(*args: str, **settings: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--init-groups",
+                               "env", "-i", f"PATH={Path(CLUSTER_PYTHON).parent}:/usr/bin:/bin", "HOME=/nonexistent",
+                               f"PYTHON={CLUSTER_PYTHON}", *(f"{k}={v}" for k, v in settings.items()),
+                               "bash", str(SCRIPT), *args], cwd="/", capture_output=True, text=True, timeout=600)
+
+    try:
+        refused = as_nobody("up", str(folder / "other"), FEDBENCH_RAY_USER="root")
+        assert refused.returncode == 1 and refused.stderr.strip() == (
+            "local_cluster: FEDBENCH_RAY_USER=root: only root's up runs Ray as another user (this is nobody): nothing "
+            "started"), refused.stderr
+        assert not (folder / "other").exists()
+        up = as_nobody("up", str(folder / "c"))
+        assert up.returncode == 0 and "with one worker node, run by nobody" in up.stdout, up.stderr[-3000:]
+        pids = process_groups(folder / "c")
+        assert len(pids) >= 6 and {_uid(pid) for pid in pids} == {(nobody.pw_uid,) * 4}, {pid: _uid(pid) for pid in pids}
+        assert exported(folder / "c" / "env")["RAY_AUTH_MODE"] == "token"
+        down = as_nobody("down", str(folder / "c"))
+        assert down.returncode == 0 and not (folder / "c").exists(), down.stderr[-3000:]
+    finally:
+        if (folder / "c" / "env").exists():
+            as_nobody("down", str(folder / "c"))
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _uid(pid: int) -> tuple[int, ...]:
     """The process's real, effective, saved and file-system user ids."""
     for line in _read(Path(f"/proc/{pid}/status")).decode().splitlines():
