@@ -105,10 +105,10 @@ def config_file(group: str, option: str) -> Path:
 def selected_name(group: str, option: str) -> tuple[str, str]:
     """The registered name a config file selects (its `name`, or the file its defaults extend) and
     its first comment line; a plugin's (its `_target_`) says so."""
-    import yaml
+    from fedbench.core.user_yaml import load_yaml
 
     text = config_file(group, option).read_text()
-    raw = yaml.safe_load(text) or {}
+    raw = load_yaml(text) or {}
     section = raw.get(group) if isinstance(raw.get(group), dict) else raw  # an @package _global_ algorithm file
     base = next((d for d in raw.get("defaults") or [] if isinstance(d, str) and d != "_self_"), "")
     # a variant that extends another file: fedavg/adam ([/algorithm/fedavg@_here_])
@@ -128,11 +128,11 @@ def _echo_imposed(group: str, option: str, width: int) -> None:
 def imposed_settings(path: Path) -> dict[str, str]:
     """The run settings an algorithm's config file imposes (`algorithm.imposes`), with their values:
     top-level keys of the file, or group choices from its defaults list."""
-    import yaml  # plain YAML (interpolations stay text): cheaper than OmegaConf for `fedbench list`
+    from fedbench.core.user_yaml import load_yaml  # plain YAML (interpolations stay text): cheaper than OmegaConf
 
     if not path.is_file():
         return {}
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = load_yaml(path.read_text()) or {}
     keys = (raw.get("algorithm") or {}).get("imposes") or []
     choices = group_choices_of(raw.get("defaults"))
     return {k: raw[k] if k in raw else choices.get(k) for k in keys}
