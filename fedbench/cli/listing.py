@@ -27,7 +27,7 @@ def list_choices() -> None:
                 folder, rest = f.split("/", 1)
                 nested.setdefault(folder, []).append(rest)
         width = max(16, *(len(f) + 1 for f in top))
-        typer.echo(f"{title} ({group}=<name>):")
+        _echo(f"{title} ({group}=<name>):")
         for name in top:
             if name in described:
                 doc = described[name]
@@ -46,14 +46,22 @@ def list_choices() -> None:
                 _echo_row(f"    {option:<{width - 2}} ", selected_name(group, option)[1])
                 _echo_imposed(group, option, width)
         if nested:  # <group>/<paper>/<name>: a paper's own data sets and models
-            typer.echo(f"{title} of one paper's setting ({group}=<paper>/<name>):")
+            _echo(f"{title} of one paper's setting ({group}=<paper>/<name>):")
             for paper, names in sorted(nested.items()):
-                typer.echo(f"  {paper:<{width}} {', '.join(names)}")
+                _echo(f"  {paper:<{width}} {', '.join(names)}")
     presets = config_options("experiment")
     _echo_row("", "experiments (experiment=<name>: a paper's setting; fedbench reproduce list shows the claims):")
     per_line = max(1, ((_columns() or 122) - 2) // 24)
     for i in range(0, len(presets), per_line):
-        typer.echo("  " + "  ".join(f"{p:<22}" for p in presets[i:i + per_line]).rstrip())
+        _echo("  " + "  ".join(f"{p:<22}" for p in presets[i:i + per_line]).rstrip())
+
+
+def _echo(text: str) -> None:
+    """A line of the listing: names and comments of config folders' files (FEDBENCH_CONF, a plugin's, someone
+    else's copy) act on no terminal (core.terminal)."""
+    from fedbench.core.terminal import printable
+
+    typer.echo(printable(text))
 
 
 def _columns() -> int | None:
@@ -74,9 +82,9 @@ def _echo_row(lead: str, text: str) -> None:
 
     columns = _columns()
     if columns is None or not text:
-        typer.echo(f"{lead}{text}".rstrip())
+        _echo(f"{lead}{text}".rstrip())
         return
-    typer.echo(textwrap.fill(text, max(columns, len(lead) + 30), initial_indent=lead,
+    _echo(textwrap.fill(text, max(columns, len(lead) + 30), initial_indent=lead,
                              subsequent_indent=" " * len(lead), break_long_words=False, break_on_hyphens=False))
 
 
@@ -105,10 +113,10 @@ def config_file(group: str, option: str) -> Path:
 def selected_name(group: str, option: str) -> tuple[str, str]:
     """The registered name a config file selects (its `name`, or the file its defaults extend) and
     its first comment line; a plugin's (its `_target_`) says so."""
-    import yaml
+    from fedbench.core.user_yaml import load_yaml
 
     text = config_file(group, option).read_text()
-    raw = yaml.safe_load(text) or {}
+    raw = load_yaml(text) or {}
     section = raw.get(group) if isinstance(raw.get(group), dict) else raw  # an @package _global_ algorithm file
     base = next((d for d in raw.get("defaults") or [] if isinstance(d, str) and d != "_self_"), "")
     # a variant that extends another file: fedavg/adam ([/algorithm/fedavg@_here_])
@@ -128,11 +136,11 @@ def _echo_imposed(group: str, option: str, width: int) -> None:
 def imposed_settings(path: Path) -> dict[str, str]:
     """The run settings an algorithm's config file imposes (`algorithm.imposes`), with their values:
     top-level keys of the file, or group choices from its defaults list."""
-    import yaml  # plain YAML (interpolations stay text): cheaper than OmegaConf for `fedbench list`
+    from fedbench.core.user_yaml import load_yaml  # plain YAML (interpolations stay text): cheaper than OmegaConf
 
     if not path.is_file():
         return {}
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = load_yaml(path.read_text()) or {}
     keys = (raw.get("algorithm") or {}).get("imposes") or []
     choices = group_choices_of(raw.get("defaults"))
     return {k: raw[k] if k in raw else choices.get(k) for k in keys}

@@ -25,9 +25,12 @@ def top_level_keys_help() -> str:
     """`fedbench run --help`: the top-level keys of config.yaml with their defaults, and the groups."""
     from omegaconf import OmegaConf
 
+    from fedbench.core.user_yaml import install
+
     path = conf_dir() / "config.yaml"
     if not path.is_file():
         return ""
+    install()  # FEDBENCH_CONF's config.yaml is a user's file, read when any command starts
     try:
         raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     except Exception:  # a malformed config.yaml: the command itself reports it, in one line
@@ -96,10 +99,10 @@ def resume(
 
 def _checkpoints_off(run_dir: Path) -> bool:
     """Whether the run's recorded config (.hydra/config.yaml) turned checkpoints off."""
-    import yaml
+    from fedbench.runs.recorded import read_yaml
 
     try:
-        recorded = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+        recorded = read_yaml(run_dir / ".hydra" / "config.yaml")
         return int(recorded["tracking"]["checkpoint_every"]) == 0
     except Exception:  # no such record, or not this layout: the usual reason stands
         return False

@@ -60,8 +60,13 @@ def group_choices_of(defaults: list | None) -> dict[str, str]:
 
 
 def register_resolvers() -> None:
-    """`${pid:}` in hydra.run.dir: runs started in the same second get folders of their own."""
+    """`${pid:}` in hydra.run.dir: runs started in the same second get folders of their own. Every YAML that
+    OmegaConf reads from here on (Hydra's config files included) is composed within core.user_yaml's bounds."""
     from omegaconf import OmegaConf
+
+    from fedbench.core.user_yaml import install
+
+    install()
 
     if not OmegaConf.has_resolver("pid"):
         OmegaConf.register_new_resolver("pid", os.getpid)

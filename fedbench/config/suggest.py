@@ -67,6 +67,7 @@ def group_files_with_key(conf_dir: Path, key: str, groups: Iterable[str], extra_
     import yaml
 
     from fedbench.core.user_files import is_config_file
+    from fedbench.core.user_yaml import load_yaml
 
     found: dict[str, list[str]] = {}
     for group in groups:
@@ -75,7 +76,7 @@ def group_files_with_key(conf_dir: Path, key: str, groups: Iterable[str], extra_
                 if not is_config_file(path):
                     continue
                 try:
-                    values = yaml.safe_load(path.read_text())
+                    values = load_yaml(path.read_text())
                 except (OSError, yaml.YAMLError):
                     continue
                 if isinstance(values, dict) and key in values:

@@ -60,15 +60,18 @@ def check(condition: bool, message: str) -> None:
 
 
 def report_error(exc: FedbenchError) -> None:
-    """A user's error as one line on stderr (with the traceback too under FEDBENCH_DEBUG=1)."""
+    """A user's error as one line on stderr (with the traceback too under FEDBENCH_DEBUG=1). What it quotes of a
+    user's file or store (a name, a value) acts on no terminal (core.terminal)."""
     import os
     import sys
+
+    from fedbench.core.terminal import printable
 
     if os.environ.get("FEDBENCH_DEBUG"):
         import traceback
 
         traceback.print_exc()
-    print(f"error: {exc}", file=sys.stderr)
+    print(f"error: {printable(str(exc))}", file=sys.stderr)
 
 
 def is_disk_full(exc: BaseException) -> bool:

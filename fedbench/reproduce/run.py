@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import yaml
 from omegaconf import DictConfig
 
 from fedbench.config.compose import conf_dir, group_choices_of
 from fedbench.config.preflight import MAX_GRID_JOBS, CheckedComposer
 from fedbench.core.errors import ConfigError, DataUnavailableError, DivergenceError, FedbenchError, report_error
 from fedbench.core.output_files import write_output
+from fedbench.core.user_yaml import load_yaml
 from fedbench.reproduce.entry import Arm, Claim, Reproduction, Scale, paper_count
 from fedbench.reproduce.compare import (COLLAPSE_RULE, MIN_SEEDS, RunResult, aggregate, comparison, display_frame,
                                         over_seeds, seeds_needed, tie_break, to_csv_frame, to_markdown, tuning_markdown,
@@ -101,7 +101,7 @@ def preset_groups(preset: str) -> dict[str, str]:
     path = conf_dir() / "experiment" / f"{preset}.yaml"
     groups: dict[str, str] = {}
     while path.exists():
-        defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults", [])
+        defaults = (load_yaml(path.read_text()) or {}).get("defaults", [])
         groups = {**group_choices_of(defaults), **groups}  # the extending preset's choices win
         parent = next((item for item in defaults if isinstance(item, str) and item != "_self_"), None)
         if parent is None:
@@ -115,7 +115,7 @@ def scale_groups(scale: Scale) -> dict[str, str]:
     path = conf_dir() / "scale" / f"{scale.config}.yaml"
     if not scale.config or not path.exists():
         return {}
-    return group_choices_of((yaml.safe_load(path.read_text()) or {}).get("defaults"))
+    return group_choices_of((load_yaml(path.read_text()) or {}).get("defaults"))
 
 
 def arm_choices(rep: Reproduction, scale: Scale, group: str) -> set[str]:

@@ -26,6 +26,7 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
     import pandas as pd
 
     from fedbench.core.errors import ConfigError, FedbenchError
+    from fedbench.core.terminal import printable
     from fedbench.tracking.store import existing_store, one_line, reader_client
 
     store = existing_store(uri)  # as shown: no password
@@ -52,8 +53,10 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
         accs = [v for _, v in history]
         rows.append({
             "history": history,
-            **{f"param:{k}": v for k, v in run.data.params.items()},
-            **{f"tag:{k}": v for k, v in run.data.tags.items()},
+            # another person's text (a shared store): shown in tables, figures, pages and error lines as no
+            # terminal acts on it (an escape in a run's param cleared the screen of whoever ran `report`)
+            **{f"param:{k}": printable(v) for k, v in run.data.params.items()},
+            **{f"tag:{k}": printable(v) for k, v in run.data.tags.items()},
             "run_id": run.info.run_id,
             "start_time": run.info.start_time,
             "final_accuracy": run.data.metrics.get("test_accuracy"),

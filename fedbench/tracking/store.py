@@ -176,7 +176,8 @@ def shared_lock(lock: Path, db: Path, wait: float):
 
 def check_mlflow_sqlite(db: Path, wait: float) -> None:
     """`db` is an MLflow store: read-only, MLflow's tables are there (MLflow would turn any other
-    SQLite file, an empty one included, into a new store)."""
+    SQLite file, an empty one included, into a new store), and reading it runs nothing the file defines
+    (store_code)."""
     import sqlite3
     import time
 
@@ -188,6 +189,7 @@ def check_mlflow_sqlite(db: Path, wait: float) -> None:
             con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=0.5)
             try:
                 tables = {name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                code = store_code(con)
             finally:
                 con.close()
             break
@@ -199,6 +201,18 @@ def check_mlflow_sqlite(db: Path, wait: float) -> None:
     if not MLFLOW_TABLES <= tables:
         raise ConfigError(f"{db} is not an MLflow store (it has no {', '.join(sorted(MLFLOW_TABLES - tables))} "
                           "table); a reader never writes one: give the mlflow.db that fedbench run wrote")
+    if code:
+        raise ConfigError(f"{db} is not an MLflow store as MLflow writes one: it defines {code}, which reading it "
+                          "would run (MLflow's schema has none); a reader runs nothing a store defines: give the "
+                          "mlflow.db that fedbench run wrote")
+
+
+def store_code(con) -> str:
+    """What in an SQLite file runs when it is read ('' for none): a view (a recursive one in place of MLflow's
+    `latest_metrics` held `fedbench report` forever, deaf to SIGTERM). MLflow's schema has only tables, indexes
+    and a trigger, which runs on a write, and a reader never writes."""
+    view = con.execute("SELECT name FROM sqlite_master WHERE type = 'view' LIMIT 1").fetchone()
+    return f"the view {view[0]}" if view else ""
 
 
 def probe_server(uri: str, timeout: float = 5.0) -> None:

@@ -130,3 +130,23 @@ def test_no_password_of_the_command_line_or_environment_is_written_into_the_page
     text = page.read_text()
     assert SECRET not in text and "Tr0ub4dor-env" not in text
     assert "alice:***@db.example" in text  # the provenance still shows the command
+
+
+def test_a_store_that_defines_what_a_read_runs_is_refused_in_one_line(store, tmp_path):  # noqa: F811
+    """A recursive view in place of MLflow's table: `report` read it forever, and SIGTERM did not stop it."""
+    import shutil
+    import sqlite3
+
+    uri, folder = store
+    crafted = tmp_path / "shared.db"
+    shutil.copy(folder / "m.db", crafted)
+    con = sqlite3.connect(crafted)
+    con.executescript("ALTER TABLE latest_metrics RENAME TO kept; CREATE VIEW latest_metrics AS WITH RECURSIVE "
+                      "c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT k.key, k.value, k.timestamp, k.step, "
+                      "k.is_nan, k.run_uuid FROM kept k, c")
+    con.close()
+    before = crafted.read_bytes()
+    out = fedbench("report", "--uri", f"sqlite:///{crafted}", cwd=tmp_path, timeout=60)
+    assert out.returncode == 2 and len(error_lines(out.stderr)) == 1, out.stderr[-2000:]
+    assert f"{crafted} is not an MLflow store as MLflow writes one: it defines the view latest_metrics" in out.stderr
+    assert crafted.read_bytes() == before
