@@ -293,6 +293,11 @@ TABLE_CASES = {  # name -> (writer, loader kwargs, words)
                    "non-finite"),
     "libsvm_huge_index": (lambda r: (r / "a.svm").write_text("1 1:1\n-1 2000000000:1\n" * 10), "libsvm",
                           {"path": "a.svm"}, "more than this machine has available"),
+    # split after the reading, scikit-learn's ValueError was a traceback: a label of one row (a 1e308, a regression
+    # target), a file without rows
+    "libsvm_label_of_one_row": (lambda r: (r / "a.svm").write_text("1 1:1\n-1 2:1\n" * 10 + "1e308 1:1\n"), "libsvm",
+                                {"path": "a.svm"}, "the label 1e+308 has one row (1 of its 3 labels do), and a stratified"),
+    "libsvm_no_rows": (lambda r: (r / "a.svm").write_text(""), "libsvm", {"path": "a.svm"}, "a.svm holds no rows"),
 }
 
 
