@@ -422,3 +422,28 @@ def test_the_cli_ends_a_crafted_idx_file_in_one_line_exit_2(tmp_path):
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
     lines = error_lines(out.stderr)
     assert len(lines) == 1 and "train-images-idx3-ubyte is not an IDX file: the header declares 255" in lines[0]
+
+
+def test_a_tiny_imagenet_cache_that_declares_more_than_the_data_set_is_refused_before_inflating(tmp_path):
+    """A 21 MB fedbench_cache.npz declaring 400,000 images inflated to 4.9 GB, then 24 GB as floats: the kernel
+    killed the run. Each member's .npy header is read first; here 2.4 GB is declared and a few bytes stored."""
+    import io
+    import zipfile
+
+    folder = tmp_path / "tinyimagenet"
+    folder.mkdir()
+    (folder / "wnids.txt").write_text("n0\n")
+    with zipfile.ZipFile(folder / "fedbench_cache.npz", "w") as z:
+        for key, shape, dtype in (("x_train", (200_000, 64, 64, 3), "|u1"), ("y_train", (2,), "<i8"),
+                                  ("x_test", (2, 64, 64, 3), "|u1"), ("y_test", (2,), "<i8")):
+            header = io.BytesIO()
+            np.lib.format.write_array_header_1_0(header, {"descr": dtype, "fortran_order": False, "shape": shape})
+            z.writestr(f"{key}.npy", header.getvalue() + bytes(64))
+    tracemalloc.start()
+    try:
+        one_line_error(lambda: DATASETS.get("tinyimagenet")(root=str(tmp_path)), "fedbench_cache.npz cannot be read",
+                       "x_train declares uint8 [200000, 64, 64, 3], 2,457,600,000 bytes; the format's holds at most "
+                       "1,228,800,000", "delete it to rebuild it")
+        assert tracemalloc.get_traced_memory()[1] < 100 * 2**20
+    finally:
+        tracemalloc.stop()
