@@ -447,3 +447,27 @@ def test_a_tiny_imagenet_cache_that_declares_more_than_the_data_set_is_refused_b
         assert tracemalloc.get_traced_memory()[1] < 100 * 2**20
     finally:
         tracemalloc.stop()
+
+
+@pytest.mark.parametrize("reader", ["leaf", "har", "esr"])
+def test_a_file_larger_than_memory_can_hold_is_refused_unread(tmp_path, monkeypatch, reader):
+    """A 10 GB sparse file (nothing on disk) as LEAF JSON, HAR or ESR text was read whole: 20 GB for a 23 GB host.
+    Here a 64 MB sparse file and 100 MB of memory available."""
+    from fedbench.core import memory
+
+    path, load = {
+        "leaf": (tmp_path / "shakespeare" / "data" / "train" / "t.json",
+                 lambda: DATASETS.get("shakespeare")(root=str(tmp_path), source="leaf")),
+        "har": (tmp_path / "har" / "train" / "X_train.txt", lambda: DATASETS.get("har")(root=str(tmp_path))),
+        "esr": (tmp_path / "esr" / "data.csv", lambda: DATASETS.get("esr")(root=str(tmp_path))),
+    }[reader]
+    if reader == "leaf":
+        leaf_root(tmp_path, "")
+    elif reader == "har":
+        write_har(tmp_path / "har")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(64 * 2**20)
+    monkeypatch.setattr(memory, "available_memory", lambda: 100 * 2**20)
+    one_line_error(load, f"{path} is not", "it holds 67,108,864 bytes, and reading it takes at least twice that; "
+                   "104,857,600 bytes of memory are available")
