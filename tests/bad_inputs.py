@@ -302,6 +302,17 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("report --uri sqlite:///{tmp}/shared/fifo.db", "<tmp>/shared/fifo.db is a FIFO, not an MLflow store"),
     ("reproduce fedsso/table2 --seeds 0", "outputs/reproduce/fedsso/table2/ci/page.html is a symlink (to <tmp>/outside.txt), "
      "where fedbench writes its output; fedbench neither follows nor replaces it: remove it"),
+    # files and stores received from someone else: read with bounded work, nothing they define is run
+    ("run --config-dir {tmp}/conf_dir_alias_bomb algorithm=mine", "malformed YAML in <tmp>/conf_dir_alias_bomb/algorithm/"
+     "mine.yaml, line 7, column 5: its values expand to more than 100,000"),
+    ("resume {tmp}/record_alias_bomb", "<tmp>/record_alias_bomb/.hydra/overrides.yaml is not the run's YAML record "
+     "(ComposerError: its values expand to more than 100,000"),
+    ("report --uri sqlite:///{tmp}/store_with_a_view.db", "<tmp>/store_with_a_view.db is not an MLflow store as MLflow "
+     "writes one: it defines the view latest_metrics"),
+    ("run dataset=libsvm dataset.path={tmp}/libsvm_label_of_one_row.svm", "the label 7 has one row (1 of its 3 labels "
+     "do), and a stratified split (dataset.test_fraction) needs two of each"),
+    ("run dataset=tinyimagenet data.root={tmp}/tiny_npz_bomb", "x_train declares uint8 [400000, 64, 64, 3], "
+     "4,915,200,000 bytes; the format's holds at most 1,228,800,000"),
 ]
 
 
@@ -344,6 +355,42 @@ def make_fixtures(tmp: Path) -> None:
     make_issue42_fixtures(tmp)
     make_issue42_folder_fixtures(tmp)
     make_output_fixtures(tmp)
+    make_received_fixtures(tmp)
+
+
+def make_received_fixtures(tmp: Path) -> None:
+    """Files and stores received from someone else: a config folder's and a run record's YAML alias bomb, a store
+    with a recursive view in place of MLflow's table, a LIBSVM label of one row, an .npz declaring 4.9 GB."""
+    import io
+    import shutil
+    import sqlite3
+    import zipfile
+
+    import numpy as np
+
+    from tests.core.test_user_yaml import alias_bomb
+
+    (tmp / "conf_dir_alias_bomb" / "algorithm").mkdir(parents=True)
+    (tmp / "conf_dir_alias_bomb" / "algorithm" / "mine.yaml").write_text("name: fedavg\n" + alias_bomb())
+    (tmp / "record_alias_bomb" / ".hydra").mkdir(parents=True)
+    (tmp / "record_alias_bomb" / ".hydra" / "overrides.yaml").write_text(alias_bomb(top_list=True))
+    (tmp / "record_alias_bomb" / "checkpoint.pt").write_bytes(b"")  # not read: the record is refused first
+    shutil.copy(tmp / "store.db", tmp / "store_with_a_view.db")
+    con = sqlite3.connect(tmp / "store_with_a_view.db")
+    con.executescript("ALTER TABLE latest_metrics RENAME TO kept; CREATE VIEW latest_metrics AS WITH RECURSIVE c(x) AS "
+                      "(SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT k.key, k.value, k.timestamp, k.step, k.is_nan, "
+                      "k.run_uuid FROM kept k, c")
+    con.close()
+    (tmp / "libsvm_label_of_one_row.svm").write_text("1 1:1\n-1 2:1\n" * 10 + "7 1:1\n")
+    folder = tmp / "tiny_npz_bomb" / "tinyimagenet"
+    folder.mkdir(parents=True)
+    (folder / "wnids.txt").write_text("n0\n")
+    with zipfile.ZipFile(folder / "fedbench_cache.npz", "w") as z:  # headers only: the data is never reached
+        for key, shape, dtype in (("x_train", (400_000, 64, 64, 3), "|u1"), ("y_train", (2,), "<i8"),
+                                  ("x_test", (2, 64, 64, 3), "|u1"), ("y_test", (2,), "<i8")):
+            header = io.BytesIO()
+            np.lib.format.write_array_header_1_0(header, {"descr": dtype, "fortran_order": False, "shape": shape})
+            z.writestr(f"{key}.npy", header.getvalue() + bytes(64))
 
 
 def make_output_fixtures(tmp: Path) -> None:

@@ -36,6 +36,20 @@ def _tensors(x_train, y_train, x_test, y_test, binary: bool, num_classes: int, n
     )
 
 
+def _split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded stratified split of rows `y`, inside its reader's `reading`: a file without rows, or with a label of
+    one row, cannot be split so (scikit-learn's ValueError was a traceback); said as the file's fault."""
+    from sklearn.model_selection import train_test_split
+
+    values, counts = np.unique(y, return_counts=True)
+    if len(y) == 0:
+        raise FormatError("it holds no rows")
+    if counts.min() < 2:
+        raise FormatError(f"the label {values[counts.argmin()]:g} has one row ({(counts < 2).sum():,} of its "
+                          f"{len(values):,} labels do), and a stratified split (dataset.test_fraction) needs two of each")
+    return train_test_split(np.arange(len(y)), test_size=test_fraction, random_state=seed, stratify=y)
+
+
 def _har_file(path: Path, kind: str, ndmin: int) -> np.ndarray:
     """One of UCI HAR's text files, checked: features a finite table, labels activities 1..6 and
     subjects volunteers 1..30, whole numbers (never floored)."""
@@ -93,8 +107,6 @@ def esr(
 ) -> Dataset:
     """losac.md §4.1: binary label = (y == 1) (20% positives); a seeded stratified 80/20 split of
     the 11,500 rows; each feature z-scored with the training statistics. `binary=false`: labels 0..4."""
-    from sklearn.model_selection import train_test_split
-
     check(0 < test_fraction < 1, f"dataset.test_fraction must be in (0, 1), got {test_fraction}")
     names = ("Epileptic Seizure Recognition.csv", "data.csv")
     folders = [Path(root) / "esr", Path(root)]
@@ -115,8 +127,8 @@ def esr(
             raise FormatError(f"expected columns X1..X178 and y, got {', '.join(map(str, table.columns[:5]))}...")
         x = finite(table[feats].to_numpy(), "the features X1..X178")
         y = labels(table["y"].to_numpy(), 1, 5, "the labels y", "ESR")
-    y = (y == 1).astype(np.int64) if binary else y - 1
-    tr, te = train_test_split(np.arange(len(y)), test_size=test_fraction, random_state=split_seed, stratify=y)
+        y = (y == 1).astype(np.int64) if binary else y - 1
+        tr, te = _split(y, test_fraction, split_seed)
     x_train, x_test = x[tr], x[te]
     if standardize:
         mu, sd = x_train.mean(0), x_train.std(0)
@@ -139,7 +151,6 @@ def libsvm(
     larger -> 1, e.g. ijcnn1's -1/+1 -> 0/1), more make classes 0..K-1 in sorted order. Without a
     test file a seeded stratified split holds out `test_fraction`."""
     from sklearn.datasets import load_svmlight_files
-    from sklearn.model_selection import train_test_split
 
     if path is None:
         if set not in LIBSVM_SETS:
@@ -170,13 +181,18 @@ def libsvm(
             if dense > available_memory():
                 raise FormatError(f"{path_} makes a dense table of {x_.shape[0]:,} rows x {x_.shape[1]:,} features "
                                   f"({dense / 2**30:.1f} GiB), more than this machine has available")
-    if test_path_ is None:
-        x, y = loaded[0].toarray(), loaded[1]
-        check(0 < test_fraction < 1, f"dataset.test_fraction must be in (0, 1), got {test_fraction}")
-        tr, te = train_test_split(np.arange(len(y)), test_size=test_fraction, random_state=split_seed, stratify=y)
-        x_train, y_train, x_test, y_test = x[tr], y[tr], x[te], y[te]
-    else:
-        x_train, y_train, x_test, y_test = loaded[0].toarray(), loaded[1], loaded[2].toarray(), loaded[3]
+            if x_.shape[0] == 0:
+                raise FormatError(f"{path_} holds no rows")
+        # made dense and split inside the reading too: what fails there is the file's, one line (a MemoryError,
+        # a label of one row)
+        if test_path_ is None:
+            check(0 < test_fraction < 1, f"dataset.test_fraction must be in (0, 1), got {test_fraction}")
+            y = loaded[1]
+            tr, te = _split(y, test_fraction, split_seed)
+            x = loaded[0].toarray()
+            x_train, y_train, x_test, y_test = x[tr], y[tr], x[te], y[te]
+        else:
+            x_train, y_train, x_test, y_test = loaded[0].toarray(), loaded[1], loaded[2].toarray(), loaded[3]
     classes = np.unique(np.concatenate([y_train, y_test]))
     binary = len(classes) == 2
     code = {c: i for i, c in enumerate(classes)}

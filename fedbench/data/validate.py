@@ -26,19 +26,35 @@ class FormatError(ValueError):
 @contextmanager
 def reading(path: Path | str, what: str) -> Iterator[None]:
     """Turn any failure inside into one line: '<path> is not <what>: <why>'. A FIFO, device or folder at `path`
-    is refused first (data.locations.data_file): opened, a FIFO blocks the read forever."""
+    is refused first (data.locations.data_file): opened, a FIFO blocks the read forever. So is a file that cannot
+    fit in memory (fits_in_memory): a 10 GB sparse file of LEAF JSON, HAR or ESR text was read whole."""
     from fedbench.data.locations import data_file
 
-    data_file(Path(path))  # a list of files joined in one string names no entry: nothing to check
+    if data_file(Path(path)):  # a list of files joined in one string names no entry: nothing to check
+        fits_in_memory(Path(path), what)
     try:
         yield
     except FedbenchError:
         raise
     except Exception as exc:  # any parser's, any type's: a crafted file reaches them all
         why = " ".join(str(exc).split())[:300] or "unreadable"
-        if not isinstance(exc, FormatError):
+        if isinstance(exc, MemoryError):
+            why = f"reading it took more memory than this process may take ({Path(path).stat().st_size:,} bytes of file)"
+        elif not isinstance(exc, FormatError):
             why = f"{exc.__class__.__name__}: {why}"
         raise DataUnavailableError(f"{path} is not {what}: {why}") from exc
+
+
+def fits_in_memory(path: Path, what: str) -> None:
+    """Refuse, unread, a file that its reader cannot hold: every reader here holds at least the file's bytes and the
+    text or arrays made of them, twice its size, and the memory available (core.memory: the host's, ulimit -v, the
+    cgroup's) is less (a sparse file costs nothing on disk)."""
+    from fedbench.core.memory import available_memory
+
+    size, free = path.stat().st_size, available_memory()
+    if 2 * size > free:
+        raise DataUnavailableError(f"{path} is not {what}: it holds {size:,} bytes, and reading it takes at least twice "
+                                   f"that; {free:,} bytes of memory are available")
 
 
 def numeric(values, what: str) -> np.ndarray:

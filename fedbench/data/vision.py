@@ -168,6 +168,8 @@ def cifar100(
 # -- Tiny-ImageNet --------------------------------------------------------------------------
 
 TINY_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
+TINY_ROWS = {"train": 100_000, "test": 10_000}  # its train and labelled val images
+TINY_LARGEST = {**{f"x_{s}": n * 64 * 64 * 3 for s, n in TINY_ROWS.items()}, **{f"y_{s}": n * 8 for s, n in TINY_ROWS.items()}}
 
 
 def _read_images(paths: list[Path]) -> np.ndarray:
@@ -242,7 +244,7 @@ def tinyimagenet(
         raise DataUnavailableError(hint + " (or set data.download=true)")
     cached = found / "fedbench_cache.npz"
     if cache and data_file(cached):
-        arrays = _checked_cache(cached, load_npz(cached, ("x_train", "y_train", "x_test", "y_test")))
+        arrays = _checked_cache(cached, load_npz(cached, ("x_train", "y_train", "x_test", "y_test"), TINY_LARGEST))
     else:
         arrays = _read_tiny(found)
         if cache:

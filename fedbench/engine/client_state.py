@@ -271,7 +271,7 @@ class DiskClientStateTable(ClientStateTable):
             text = f.read(1 << 16)
         try:
             meta = json.loads(text)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # a nesting deeper than json's recursion limit is damage too
             raise self._refuse(f"{self.meta.name} is not JSON: {exc}") from None
         kinds = {"round": int, "ahead": bool, "shape": list}
         if not isinstance(meta, dict) or any(not isinstance(meta.get(k), t) for k, t in kinds.items()):

@@ -293,6 +293,11 @@ TABLE_CASES = {  # name -> (writer, loader kwargs, words)
                    "non-finite"),
     "libsvm_huge_index": (lambda r: (r / "a.svm").write_text("1 1:1\n-1 2000000000:1\n" * 10), "libsvm",
                           {"path": "a.svm"}, "more than this machine has available"),
+    # split after the reading, scikit-learn's ValueError was a traceback: a label of one row (a 1e308, a regression
+    # target), a file without rows
+    "libsvm_label_of_one_row": (lambda r: (r / "a.svm").write_text("1 1:1\n-1 2:1\n" * 10 + "1e308 1:1\n"), "libsvm",
+                                {"path": "a.svm"}, "the label 1e+308 has one row (1 of its 3 labels do), and a stratified"),
+    "libsvm_no_rows": (lambda r: (r / "a.svm").write_text(""), "libsvm", {"path": "a.svm"}, "a.svm holds no rows"),
 }
 
 
@@ -417,3 +422,52 @@ def test_the_cli_ends_a_crafted_idx_file_in_one_line_exit_2(tmp_path):
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
     lines = error_lines(out.stderr)
     assert len(lines) == 1 and "train-images-idx3-ubyte is not an IDX file: the header declares 255" in lines[0]
+
+
+def test_a_tiny_imagenet_cache_that_declares_more_than_the_data_set_is_refused_before_inflating(tmp_path):
+    """A 21 MB fedbench_cache.npz declaring 400,000 images inflated to 4.9 GB, then 24 GB as floats: the kernel
+    killed the run. Each member's .npy header is read first; here 2.4 GB is declared and a few bytes stored."""
+    import io
+    import zipfile
+
+    folder = tmp_path / "tinyimagenet"
+    folder.mkdir()
+    (folder / "wnids.txt").write_text("n0\n")
+    with zipfile.ZipFile(folder / "fedbench_cache.npz", "w") as z:
+        for key, shape, dtype in (("x_train", (200_000, 64, 64, 3), "|u1"), ("y_train", (2,), "<i8"),
+                                  ("x_test", (2, 64, 64, 3), "|u1"), ("y_test", (2,), "<i8")):
+            header = io.BytesIO()
+            np.lib.format.write_array_header_1_0(header, {"descr": dtype, "fortran_order": False, "shape": shape})
+            z.writestr(f"{key}.npy", header.getvalue() + bytes(64))
+    tracemalloc.start()
+    try:
+        one_line_error(lambda: DATASETS.get("tinyimagenet")(root=str(tmp_path)), "fedbench_cache.npz cannot be read",
+                       "x_train declares uint8 [200000, 64, 64, 3], 2,457,600,000 bytes; the format's holds at most "
+                       "1,228,800,000", "delete it to rebuild it")
+        assert tracemalloc.get_traced_memory()[1] < 100 * 2**20
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("reader", ["leaf", "har", "esr"])
+def test_a_file_larger_than_memory_can_hold_is_refused_unread(tmp_path, monkeypatch, reader):
+    """A 10 GB sparse file (nothing on disk) as LEAF JSON, HAR or ESR text was read whole: 20 GB for a 23 GB host.
+    Here a 64 MB sparse file and 100 MB of memory available."""
+    from fedbench.core import memory
+
+    path, load = {
+        "leaf": (tmp_path / "shakespeare" / "data" / "train" / "t.json",
+                 lambda: DATASETS.get("shakespeare")(root=str(tmp_path), source="leaf")),
+        "har": (tmp_path / "har" / "train" / "X_train.txt", lambda: DATASETS.get("har")(root=str(tmp_path))),
+        "esr": (tmp_path / "esr" / "data.csv", lambda: DATASETS.get("esr")(root=str(tmp_path))),
+    }[reader]
+    if reader == "leaf":
+        leaf_root(tmp_path, "")
+    elif reader == "har":
+        write_har(tmp_path / "har")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(64 * 2**20)
+    monkeypatch.setattr(memory, "available_memory", lambda: 100 * 2**20)
+    one_line_error(load, f"{path} is not", "it holds 67,108,864 bytes, and reading it takes at least twice that; "
+                   "104,857,600 bytes of memory are available")

@@ -46,6 +46,8 @@ def damage(run, how: str) -> None:
             f.truncate(f.seek(0, 2) // 2)
     elif how == "damaged_json":
         (folder / "c.json").write_text('{"round": 4, "ahead": fal')
+    elif how == "deep_json":  # was a RecursionError traceback
+        (folder / "c.json").write_text("[" * 65_536)
     elif how == "json_not_a_table":
         (folder / "c.json").write_text("[1, 2]")
     elif how == "missing_touched":
@@ -64,6 +66,7 @@ CASES = {
     "older_copy": "its file holds round 2; the checkpoint of round 4 goes with the table of round 3 or 4",
     "truncated_bin": "c.bin holds",
     "damaged_json": "c.json is not JSON",
+    "deep_json": "c.json is not JSON: maximum recursion depth exceeded",
     "json_not_a_table": "c.json lacks its round, ahead and shape",
     "missing_touched": "c.touched is missing",
     "missing_json": "c.json is missing",
