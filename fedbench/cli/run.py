@@ -25,12 +25,12 @@ def top_level_keys_help() -> str:
     """`fedbench run --help`: the top-level keys of config.yaml with their defaults, and the groups."""
     from omegaconf import OmegaConf
 
-    from fedbench.core.user_yaml import install
+    from fedbench.config.compose import bound_yaml
 
     path = conf_dir() / "config.yaml"
     if not path.is_file():
         return ""
-    install()  # FEDBENCH_CONF's config.yaml is a user's file, read when any command starts
+    bound_yaml()  # FEDBENCH_CONF's config.yaml is a user's file, read when any command starts
     try:
         raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     except Exception:  # a malformed config.yaml: the command itself reports it, in one line

@@ -64,12 +64,35 @@ def register_resolvers() -> None:
     OmegaConf reads from here on (Hydra's config files included) is composed within core.user_yaml's bounds."""
     from omegaconf import OmegaConf
 
-    from fedbench.core.user_yaml import install
-
-    install()
+    bound_yaml()
 
     if not OmegaConf.has_resolver("pid"):
         OmegaConf.register_new_resolver("pid", os.getpid)
+
+
+def bound_yaml() -> None:
+    """Every YAML that OmegaConf reads (OmegaConf.load/create, hence every config file Hydra composes) composed
+    within core.user_yaml's bounds (idempotent). OmegaConf makes its loader class on each call
+    (omegaconf._utils.get_yaml_loader); it is wrapped once, and its own checks (duplicate keys, its float and
+    timestamp rules) stay."""
+    import omegaconf._utils as utils
+    import omegaconf.basecontainer as basecontainer
+
+    from fedbench.core.user_yaml import bounded
+
+    make = utils.get_yaml_loader
+    if getattr(make, "bounded_yaml", False):
+        return
+    cache: list = []
+
+    def get_yaml_loader():
+        if not cache:
+            cache.append(bounded(make()))
+        return cache[0]
+
+    get_yaml_loader.bounded_yaml = True
+    utils.get_yaml_loader = get_yaml_loader
+    basecontainer.get_yaml_loader = get_yaml_loader
 
 
 def compose(overrides: list[str] | tuple[str, ...] = (), return_hydra_config: bool = False,

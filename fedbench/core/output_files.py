@@ -80,14 +80,26 @@ def write_output(path: Path, data: str | bytes, option: str | None = None, encod
     return path
 
 
+def as_written(fig):
+    """`fig` with every text drawn as it is written: matplotlib reads `$...$` in a label as TeX math, and a
+    legend made of a shared store's params (`algorithm.name=fed$\\frac{$`) ended `plot` and the HTML report in
+    mathtext's ValueError traceback. fedbench's own labels hold no math."""
+    from matplotlib.text import Text
+
+    for text in fig.findobj(Text):
+        text.set_parse_math(False)
+    return fig
+
+
 def save_figure_files(fig, paths: list[Path], option: str | None = None, **savefig) -> list[Path]:
-    """A matplotlib figure written as write_output writes, once per path (the format from its suffix); the
-    figure is closed whatever happens."""
+    """A matplotlib figure written as write_output writes, once per path (the format from its suffix), its texts
+    as written (as_written); the figure is closed whatever happens."""
     import io
 
     import matplotlib.pyplot as plt
 
     try:
+        as_written(fig)
         written = []
         for path in paths:
             buffer = io.BytesIO()

@@ -32,9 +32,9 @@ def read_yaml(path: Path):
     from omegaconf import OmegaConf
 
     from fedbench.core.ownership import open_owned
-    from fedbench.core.user_yaml import install
+    from fedbench.config.compose import bound_yaml
 
-    install()  # composed within bounds: an alias bomb or a deep nesting there is one line, not minutes and gigabytes
+    bound_yaml()  # composed within bounds: an alias bomb or a deep nesting there is one line, not minutes and gigabytes
 
     fd = open_owned(path, os.O_RDONLY)
     with os.fdopen(fd, "rb") as f:

@@ -150,11 +150,14 @@ def save_figure(fig, stem: Path, suffixes: tuple[str, ...] = (".png", ".pdf")) -
 
 
 def figure_png(fig, dpi: int = 110) -> bytes:
-    """`fig` as PNG bytes (for a page that embeds it); closes it."""
+    """`fig` as PNG bytes (for a page that embeds it), its texts as written (core.output_files.as_written); closes it."""
     import io
 
     import matplotlib.pyplot as plt
 
+    from fedbench.core.output_files import as_written
+
+    as_written(fig)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
     plt.close(fig)

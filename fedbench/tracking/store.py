@@ -201,10 +201,8 @@ def check_mlflow_sqlite(db: Path, wait: float) -> None:
     if not MLFLOW_TABLES <= tables:
         raise ConfigError(f"{db} is not an MLflow store (it has no {', '.join(sorted(MLFLOW_TABLES - tables))} "
                           "table); a reader never writes one: give the mlflow.db that fedbench run wrote")
-    if code:
-        raise ConfigError(f"{db} is not an MLflow store as MLflow writes one: it defines {code}, which reading it "
-                          "would run (MLflow's schema has none); a reader runs nothing a store defines: give the "
-                          "mlflow.db that fedbench run wrote")
+    if code:  # sqlite_file's check, made again once the store is not held locked
+        raise code_in_store(db, code)
 
 
 def store_code(con) -> str:
@@ -311,11 +309,34 @@ def store_client(uri: str):
 
 
 def sqlite_file(db: Path, uri: str) -> None:
-    """A SQLite store's path holds a file or nothing: SQLite opens a FIFO there and blocks on it forever."""
+    """A SQLite store's path holds a file or nothing: SQLite opens a FIFO there and blocks on it forever. An existing
+    store, a run's or a reader's, defines nothing a read runs (store_code: a run into a store with a recursive view
+    hung before its first line, deaf to SIGTERM)."""
+    import sqlite3
+
     from fedbench.core.errors import ConfigError
     from fedbench.core.user_files import user_file
 
-    user_file(db, f"an MLflow store ({uri})", ConfigError, "remove it or give another tracking URI")
+    if not user_file(db, f"an MLflow store ({uri})", ConfigError, "remove it or give another tracking URI"):
+        return
+    try:
+        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=0.5)
+        try:
+            code = store_code(con)
+        finally:
+            con.close()
+    except sqlite3.DatabaseError:  # not SQLite, or held locked: the reader's check or MLflow's open says so
+        return
+    if code:
+        raise code_in_store(db, code)
+
+
+def code_in_store(db: Path, code: str):
+    from fedbench.core.errors import ConfigError
+
+    return ConfigError(f"{db} is not an MLflow store as MLflow writes one: it defines {code}, which reading it would "
+                       "run (MLflow's schema has none); fedbench runs nothing a store defines: give the mlflow.db that "
+                       "fedbench run wrote, or another tracking URI")
 
 
 @contextmanager

@@ -71,3 +71,16 @@ def test_metrics_csv_has_the_round_first(tmp_path):
     drawn.close()
     assert header.split(",") == ["round", "floats_down", "floats_up", "wall_time", "test_accuracy", "eval_time"]
     assert first.split(",")[0] == "1"
+
+
+@pytest.mark.parametrize("label", [r"fed$\frac{$ partition.alpha=0.3", "a$b$c$", r"$\undefinedmacro$"])
+def test_a_label_from_a_shared_store_is_drawn_as_written(tmp_path, label):
+    """matplotlib read `$...$` in a run's param as TeX: `plot` and `report --format html` ended in mathtext's
+    ValueError traceback (core.output_files.as_written)."""
+    from fedbench.tracking.plots import comparison_figure, figure_png, plot_comparison
+
+    curves = pd.DataFrame({"label": [label, label, "fedavg", "fedavg"], "seed": ["0"] * 4, "round": [1, 2, 1, 2],
+                           "test_accuracy": [0.5, 0.6, 0.5, 0.7]})
+    paths = plot_comparison(curves, "test_accuracy", "round", label, tmp_path / "curves")
+    assert [p.suffix for p in paths] == [".png", ".pdf"] and all(p.stat().st_size > 0 for p in paths)
+    assert figure_png(comparison_figure(curves, "test_accuracy", "round", label)).startswith(b"\x89PNG")

@@ -150,3 +150,25 @@ def test_a_store_that_defines_what_a_read_runs_is_refused_in_one_line(store, tmp
     assert out.returncode == 2 and len(error_lines(out.stderr)) == 1, out.stderr[-2000:]
     assert f"{crafted} is not an MLflow store as MLflow writes one: it defines the view latest_metrics" in out.stderr
     assert crafted.read_bytes() == before
+
+
+def test_a_run_into_a_store_that_defines_a_view_is_refused_before_it_starts(store, tmp_path):  # noqa: F811
+    """The run's own store, given as tracking.uri: the run hung before its first line, deaf to SIGTERM."""
+    import shutil
+    import sqlite3
+
+    from tests.faultkit import SMALL
+
+    uri, folder = store
+    crafted = tmp_path / "shared.db"
+    shutil.copy(folder / "m.db", crafted)
+    con = sqlite3.connect(crafted)
+    con.executescript("ALTER TABLE latest_metrics RENAME TO kept; CREATE VIEW latest_metrics AS WITH RECURSIVE "
+                      "c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT k.key, k.value, k.timestamp, k.step, "
+                      "k.is_nan, k.run_uuid FROM kept k, c")
+    con.close()
+    out = fedbench("run", *SMALL, "rounds=1", f"tracking.uri=sqlite:///{crafted}", f"hydra.run.dir={tmp_path}/run",
+                   cwd=tmp_path, timeout=90)
+    assert out.returncode == 2 and len(error_lines(out.stderr)) == 1, out.stderr[-2000:]
+    assert f"{crafted} is not an MLflow store as MLflow writes one: it defines the view latest_metrics" in out.stderr
+    assert not (tmp_path / "run").exists()
