@@ -31,7 +31,29 @@ def one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     for noise in (" [SQL:", " (Background on this error"):  # sqlalchemy's statement and help link
         text = text.split(noise)[0]
-    return f"{exc.__class__.__name__}: {text[:300]}"
+    return f"{exc.__class__.__name__}: {unknown_schema(text) or text[:300]}"
+
+
+def unknown_schema(text: str) -> str | None:
+    """MLflow calls every schema but its own "out-of-date" and says to migrate it (`mlflow db upgrade`): wrong
+    advice for a store a newer MLflow made (shared by a colleague), which this one cannot migrate, and which an
+    upgrade by the newer MLflow's owner would change under them. Said as it is where the schema's version is not
+    one of this MLflow's migrations; None otherwise (an older store: MLflow's advice stands)."""
+    import re
+
+    found = re.search(r"found version (\w+), but expected (\w+)", text)
+    if found is None:
+        return None
+    import mlflow
+    import mlflow.store.db_migrations as migrations
+    from alembic.script import ScriptDirectory
+
+    known = {r.revision for r in ScriptDirectory(os.path.dirname(migrations.__file__)).walk_revisions()}
+    if found.group(1) in known:
+        return None
+    return (f"its schema (version {found.group(1)}) is none of MLflow {mlflow.__version__}'s (whose newest is "
+            f"{found.group(2)}): a newer MLflow made it, and this one can neither read nor migrate it; read it where "
+            "that MLflow is installed, or upgrade MLflow here")
 
 
 def quiet_libraries() -> None:

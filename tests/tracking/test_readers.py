@@ -172,3 +172,36 @@ def test_a_run_into_a_store_that_defines_a_view_is_refused_before_it_starts(stor
     assert out.returncode == 2 and len(error_lines(out.stderr)) == 1, out.stderr[-2000:]
     assert f"{crafted} is not an MLflow store as MLflow writes one: it defines the view latest_metrics" in out.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("version", ["ffffffffffff", "older"])
+def test_a_store_of_a_schema_this_mlflow_does_not_know_is_not_sent_to_mlflow_db_upgrade(store, tmp_path, version):  # noqa: F811
+    """MLflow calls every schema but its own "out-of-date" and says to run `mlflow db upgrade`: for a store a newer
+    MLflow made (a colleague's), which this MLflow cannot migrate, the line says what it is; for an older store
+    MLflow's advice stands. Either way the file is left as it was."""
+    import os
+    import shutil
+    import sqlite3
+
+    import mlflow.store.db_migrations as migrations
+    from alembic.script import ScriptDirectory
+
+    uri, folder = store
+    crafted = tmp_path / "shared.db"
+    shutil.copy(folder / "m.db", crafted)
+    if version == "older":  # the revision before this MLflow's newest
+        version = ScriptDirectory(os.path.dirname(migrations.__file__)).get_current_head()
+        version = ScriptDirectory(os.path.dirname(migrations.__file__)).get_revision(version).down_revision
+    with sqlite3.connect(crafted) as con:
+        con.execute("UPDATE alembic_version SET version_num = ?", (version,))
+    con.close()
+    before = crafted.read_bytes()
+    out = fedbench("report", "--uri", f"sqlite:///{crafted}", cwd=tmp_path, timeout=120)
+    assert out.returncode == 2 and len(error_lines(out.stderr)) == 1, out.stderr[-2000:]
+    if version == "ffffffffffff":
+        assert f"its schema (version {version}) is none of MLflow " in out.stderr, out.stderr
+        assert "a newer MLflow made it, and this one can neither read nor migrate it" in out.stderr
+        assert "mlflow db upgrade" not in out.stderr
+    else:
+        assert f"found version {version}" in out.stderr and "mlflow db upgrade" in out.stderr, out.stderr
+    assert crafted.read_bytes() == before
