@@ -48,8 +48,12 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
                           "(e.g. \"tags.sweep_dir LIKE '%04-10%'\" or \"params.eta_l = '0.1'\")") from None
     rows = []
     others = [run for run in runs if "algorithm.name" not in run.data.params]  # a shared store: not fedbench's runs
+    unlike = []  # fedbench's params, but a history no fedbench run records
     for run in (run for run in runs if "algorithm.name" in run.data.params):
         history = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, "test_accuracy"))
+        if not recorded_history(history, run.data.params.get("rounds")):
+            unlike.append(run.info.run_id)
+            continue
         accs = [v for _, v in history]
         rows.append({
             "history": history,
@@ -65,7 +69,21 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
         })
     frame = one_run_per_config(pd.DataFrame(rows))
     frame.attrs["not_fedbench"] = len(others)  # what finished_runs says it left out
+    frame.attrs["unlike_fedbench"] = unlike
     return frame
+
+
+def recorded_history(history: list[tuple[int, float]], rounds: str | None) -> bool:
+    """Whether a test-accuracy history is one a fedbench run records: at most one value a round, each round in
+    1..rounds, each value an accuracy in [0, 1]. A shared store may hold others (steps of 2**62 made a method reach
+    its target in -4.6e18 rounds; a 1e308 accuracy a 309-digit cell)."""
+    try:
+        last = int(str(rounds))
+    except ValueError:
+        return False
+    steps = [step for step, _ in history]
+    return (len(set(steps)) == len(steps) and all(1 <= step <= last for step in steps)
+            and all(0.0 <= value <= 1.0 for _, value in history))
 
 
 def metric_curves(frame: pd.DataFrame, uri: str | None, metric: str, x: str = "round") -> pd.DataFrame:
@@ -455,15 +473,20 @@ def finished_runs(uri: str | None, experiment: str, filter_string: str = "") -> 
     from fedbench.core.errors import ConfigError
 
     frame = load_runs(uri, experiment, filter_string)
-    others = frame.attrs.get("not_fedbench", 0)
+    others, unlike = frame.attrs.get("not_fedbench", 0), frame.attrs.get("unlike_fedbench", [])
     left_out = f" ({others} FINISHED run(s) without the param algorithm.name, not recorded by fedbench, left out)" if others else ""
+    if unlike:
+        shown = ", ".join(unlike[:3]) + (f" and {len(unlike) - 3} more" if len(unlike) > 3 else "")
+        left_out += (f" ({len(unlike)} FINISHED run(s) whose test_accuracy no fedbench run records (a round outside "
+                     f"1..rounds, twice, or a value outside [0, 1]), left out: {shown})")
     if frame.empty:
         raise ConfigError(f"no FINISHED fedbench runs in experiment {experiment!r}"
                           + (f" matching {filter_string!r}" if filter_string else "") + left_out)
-    if others:
+    if left_out:
         import sys
 
-        print(f"note: {left_out.strip(' ()')}", file=sys.stderr)
+        for part in left_out.strip(" ()").split(") ("):
+            print(f"note: {part}", file=sys.stderr)
     return frame
 
 

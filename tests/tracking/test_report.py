@@ -305,3 +305,34 @@ def test_a_page_made_again_from_the_same_tables_is_the_same_file():
     ids = re.findall(r'id="([^"]+)"', first)
     assert len(ids) == 3 and len(set(ids)) == 3, ids  # the tables' own ids, no per-cell ids
     assert "&lt;b&gt;x&lt;/b&gt;" in first and "<b>x</b>" not in first
+
+
+@pytest.mark.parametrize("history", [
+    [(1, 0.2), (2**62, 0.9)],  # rounds to 0.5 came out as 2**62 (and as negative for -2**62)
+    [(-(2**62), 0.9), (1, 0.2)],
+    [(1, 0.2), (1, 0.9)],
+    [(1, 0.2), (2, 1e308)],  # printed as a 309-digit cell
+    [(1, 0.2), (2, float("inf"))]], ids=["huge-round", "negative-round", "a-round-twice", "1e308", "inf"])
+def test_a_history_no_fedbench_run_records_is_left_out_and_named(store, tmp_path, history):  # noqa: F811
+    """A shared store may hold runs with fedbench's params whose test_accuracy no fedbench run records: left
+    out of the table with a note naming each, and the table is the other runs' alone."""
+    import shutil
+
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    _, folder = store
+    shutil.copy(folder / "m.db", tmp_path / "m.db")
+    uri = f"sqlite:///{tmp_path}/m.db"
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("fedbench").experiment_id
+    run = client.create_run(exp, tags={"config_hash": "crafted"})
+    params = {"algorithm.name": "fedprox", "seed": "0", "rounds": str(ROUNDS), "dataset.name": "digits", "eta_l": "0.1"}
+    client.log_batch(run.info.run_id, metrics=[Metric("test_accuracy", v, 0, r) for r, v in history],
+                     params=[Param(k, v) for k, v in params.items()])
+    client.set_terminated(run.info.run_id)
+    out = cli("report", "--uri", uri, "--target", "0.5")
+    assert out.exit_code == 0, out.output
+    assert "fedprox" not in out.stdout and "fedavg" in out.stdout and "scaffold" in out.stdout, out.stdout
+    assert (f"note: 1 FINISHED run(s) whose test_accuracy no fedbench run records (a round outside 1..rounds, twice, "
+            f"or a value outside [0, 1]), left out: {run.info.run_id}") in out.stderr, out.stderr
