@@ -16,6 +16,7 @@ from fedbench.data.idx import read_idx
 from fedbench.data.validate import finite, labels, reading, same_length, shaped
 from fedbench.data.locations import DEBIAN_FASHION_MNIST, IDX_STEMS, find_idx_file, fmnist_folders
 from fedbench.core.errors import DataUnavailableError, check
+from fedbench.core.terminal import printable
 from fedbench.core.registry import Registry
 
 DATASETS: Registry = Registry("dataset", package="fedbench.data")
@@ -59,7 +60,7 @@ def _idx_dataset(
             files = {k: find_idx_file(folder, stem) for k, stem in IDX_STEMS.items()}
             if all(files.values()):
                 for other, missing in partial:  # never fall back silently past the user's own files
-                    print(f"fedbench: {name}: {other} lacks {', '.join(missing)}; reading {folder} instead",
+                    print(printable(f"fedbench: {name}: {other} lacks {', '.join(missing)}; reading {folder} instead"),
                           file=sys.stderr)
                 return files  # type: ignore[return-value]
             if any(files.values()):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from fedbench.config.compose import checked_conf_dir, register_resolvers
 from fedbench.core.errors import FedbenchError, report_error
+from fedbench.core.terminal import printable
 
 HYDRA_FLAGS = """Hydra flags that `fedbench run` passes through:
   --cfg,-c job|hydra|all   show the config instead of running (--resolve: resolve interpolations)
@@ -322,7 +323,7 @@ def hydra_main(argv: list[str]) -> int:
         writer.discard()  # one no run took
         sweep.release_folders()
     if sweep.FAILURES:
-        print(f"{len(sweep.FAILURES)} job(s) failed:\n  " + "\n  ".join(sweep.FAILURES), file=sys.stderr)
+        print(f"{len(sweep.FAILURES)} job(s) failed:\n  " + "\n  ".join(map(printable, sweep.FAILURES)), file=sys.stderr)
         return 1
     return 0
 

@@ -23,6 +23,7 @@ from fedbench.runs import interrupts
 from fedbench.runs.checkpoint_space import check_checkpoint_space
 from fedbench.runs.interrupts import GracefulInterrupt, describe, signal_of
 from fedbench.core.ownership import CHECKPOINT_NAME, shell_path  # CHECKPOINT_NAME: where resume continues from
+from fedbench.core.terminal import printable
 from fedbench.tracking.store import StoreError, quiet_libraries
 from fedbench.tracking.targets import format_rounds, rounds_to_target
 
@@ -426,6 +427,7 @@ class JobOutput:
         self.log_file, self.quiet = log_file, quiet
 
     def _log(self, text: str) -> None:
+        text = printable(text)  # a data file's name, a store's reason: no escape in them acts on a terminal
         if self.log_file is not None:
             import time
 
@@ -437,19 +439,19 @@ class JobOutput:
 
     def __call__(self, text: str, console: bool = True) -> None:
         if console and not self.quiet:
-            print(f"fedbench: {self.prefix}{text}", file=sys.stderr, flush=True)
+            print(f"fedbench: {self.prefix}{printable(text)}", file=sys.stderr, flush=True)
         self._log(text)
 
     def warn(self, text: str) -> None:
         """A warning on stderr, quiet or not (it says what the record alone does not), and in the log."""
-        print(f"fedbench: {self.prefix}warning: {text}", file=sys.stderr, flush=True)
+        print(f"fedbench: {self.prefix}warning: {printable(text)}", file=sys.stderr, flush=True)
         self._log(f"warning: {text}")
 
     def summary(self, text: str) -> None:
         """The summary on stdout; a sweep job's lines in the format of its other lines (`fedbench: [job 3] ...`)."""
         lead = f"fedbench: {self.prefix}" if self.prefix else ""
         if not self.quiet:
-            print("\n".join(f"{lead}{line}" if line else line for line in text.splitlines()), flush=True)
+            print("\n".join(f"{lead}{line}" if line else line for line in printable(text).splitlines()), flush=True)
         self._log(text)
 
 

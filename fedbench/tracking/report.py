@@ -75,14 +75,14 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
 
 def recorded_history(history: list[tuple[int, float]], rounds: str | None) -> bool:
     """Whether a test-accuracy history is one a fedbench run records: at most one value a round, each round in
-    1..rounds, each value an accuracy in [0, 1]. A shared store may hold others (steps of 2**62 made a method reach
-    its target in -4.6e18 rounds; a 1e308 accuracy a 309-digit cell)."""
+    1..rounds (the run's `rounds` param, where it has one), each value an accuracy in [0, 1]. A shared store may
+    hold others (steps of 2**62 made a method reach its target in -4.6e18 rounds; a 1e308 accuracy a 309-digit cell)."""
     try:
-        last = int(str(rounds))
+        last = int(str(rounds)) if rounds is not None else None
     except ValueError:
         return False
     steps = [step for step, _ in history]
-    return (len(set(steps)) == len(steps) and all(1 <= step <= last for step in steps)
+    return (len(set(steps)) == len(steps) and all(1 <= step and (last is None or step <= last) for step in steps)
             and all(0.0 <= value <= 1.0 for _, value in history))
 
 

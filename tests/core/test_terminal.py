@@ -57,3 +57,19 @@ def test_list_shows_a_config_folders_names_as_no_terminal_acts_on_them(tmp_path,
     out = invoke("list")
     assert out.exit_code == 0, out.output
     assert "x\\x1b[2Jy" in out.output and "fedavg\\x1b]0;pwned\\x07" in out.output and unsafe(out.output) == []
+
+
+def test_a_runs_lines_warnings_summary_and_log_quote_as_no_terminal_acts_on_them(tmp_path, capsys):
+    """A run's own lines quote files and stores (a data folder's name, a store's reason): on the console and in
+    the job's log, which a user reads with `cat`, as no terminal acts on them; a sweep's failure list likewise."""
+    from fedbench.runs.single import JobOutput
+
+    log = tmp_path / "job.log"
+    say = JobOutput("job 1", log, quiet=False)
+    say(f"reading {HOSTILE}")
+    say.warn(f"the store said {HOSTILE}")
+    say.summary(f"run folder {HOSTILE}\nnext line")
+    out = capsys.readouterr()
+    for text in (out.out, out.err, log.read_text()):
+        assert unsafe(text) == [] and "\\x1b[2J" in text, text
+    assert "run folder" in out.out and "next line" in out.out  # line breaks stay
