@@ -58,3 +58,8 @@ def record_as(run_dir: Path, overrides: list[str], rounds: int, edit=None) -> No
     payload["config_hash"] = config_hash(recorded)
     payload.pop("recorded_digest", None)  # an earlier version's checkpoint: no digest of its record
     torch.save(payload, run_dir / CHECKPOINT_NAME)
+    uri = next((o.split("=", 1)[1] for o in overrides if o.startswith("tracking.uri=")), None)
+    if uri is not None and payload["round"] < rounds:  # stopped before its last round: its record is not FINISHED
+        from mlflow.tracking import MlflowClient
+
+        MlflowClient(uri).set_terminated(payload["run_id"], "KILLED")
