@@ -132,12 +132,12 @@ def test_no_password_of_the_command_line_or_environment_is_written_into_the_page
     assert "alice:***@db.example" in text  # the provenance still shows the command
 
 
-def test_a_store_that_defines_what_a_read_runs_is_refused_in_one_line(store, tmp_path):  # noqa: F811
-    """A recursive view in place of MLflow's table: `report` read it forever, and SIGTERM did not stop it."""
+def with_a_recursive_view(store, tmp_path):  # noqa: F811
+    """A copy of the store whose latest_metrics is a recursive view (a read of it never ends)."""
     import shutil
     import sqlite3
 
-    uri, folder = store
+    _, folder = store
     crafted = tmp_path / "shared.db"
     shutil.copy(folder / "m.db", crafted)
     con = sqlite3.connect(crafted)
@@ -145,6 +145,12 @@ def test_a_store_that_defines_what_a_read_runs_is_refused_in_one_line(store, tmp
                       "c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT k.key, k.value, k.timestamp, k.step, "
                       "k.is_nan, k.run_uuid FROM kept k, c")
     con.close()
+    return crafted
+
+
+def test_a_store_that_defines_what_a_read_runs_is_refused_in_one_line(store, tmp_path):  # noqa: F811
+    """A recursive view in place of MLflow's table: `report` read it forever, and SIGTERM did not stop it."""
+    crafted = with_a_recursive_view(store, tmp_path)
     before = crafted.read_bytes()
     out = fedbench("report", "--uri", f"sqlite:///{crafted}", cwd=tmp_path, timeout=60)
     assert out.returncode == 2 and len(error_lines(out.stderr)) == 1, out.stderr[-2000:]
@@ -154,19 +160,9 @@ def test_a_store_that_defines_what_a_read_runs_is_refused_in_one_line(store, tmp
 
 def test_a_run_into_a_store_that_defines_a_view_is_refused_before_it_starts(store, tmp_path):  # noqa: F811
     """The run's own store, given as tracking.uri: the run hung before its first line, deaf to SIGTERM."""
-    import shutil
-    import sqlite3
-
     from tests.faultkit import SMALL
 
-    uri, folder = store
-    crafted = tmp_path / "shared.db"
-    shutil.copy(folder / "m.db", crafted)
-    con = sqlite3.connect(crafted)
-    con.executescript("ALTER TABLE latest_metrics RENAME TO kept; CREATE VIEW latest_metrics AS WITH RECURSIVE "
-                      "c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT k.key, k.value, k.timestamp, k.step, "
-                      "k.is_nan, k.run_uuid FROM kept k, c")
-    con.close()
+    crafted = with_a_recursive_view(store, tmp_path)
     out = fedbench("run", *SMALL, "rounds=1", f"tracking.uri=sqlite:///{crafted}", f"hydra.run.dir={tmp_path}/run",
                    cwd=tmp_path, timeout=90)
     assert out.returncode == 2 and len(error_lines(out.stderr)) == 1, out.stderr[-2000:]
