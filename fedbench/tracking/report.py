@@ -474,19 +474,21 @@ def finished_runs(uri: str | None, experiment: str, filter_string: str = "") -> 
 
     frame = load_runs(uri, experiment, filter_string)
     others, unlike = frame.attrs.get("not_fedbench", 0), frame.attrs.get("unlike_fedbench", [])
-    left_out = f" ({others} FINISHED run(s) without the param algorithm.name, not recorded by fedbench, left out)" if others else ""
+    notes = []  # what was left out: in the refusal of an empty selection, else a note each
+    if others:
+        notes.append(f"{others} FINISHED run(s) without the param algorithm.name, not recorded by fedbench, left out")
     if unlike:
         shown = ", ".join(unlike[:3]) + (f" and {len(unlike) - 3} more" if len(unlike) > 3 else "")
-        left_out += (f" ({len(unlike)} FINISHED run(s) whose test_accuracy no fedbench run records (a round outside "
-                     f"1..rounds, twice, or a value outside [0, 1]), left out: {shown})")
+        notes.append(f"{len(unlike)} FINISHED run(s) whose test_accuracy no fedbench run records (a round outside "
+                     f"1..rounds, twice, or a value outside [0, 1]), left out: {shown}")
     if frame.empty:
         raise ConfigError(f"no FINISHED fedbench runs in experiment {experiment!r}"
-                          + (f" matching {filter_string!r}" if filter_string else "") + left_out)
-    if left_out:
+                          + (f" matching {filter_string!r}" if filter_string else "") + "".join(f" ({n})" for n in notes))
+    if notes:
         import sys
 
-        for part in left_out.strip(" ()").split(") ("):
-            print(f"note: {part}", file=sys.stderr)
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
     return frame
 
 
