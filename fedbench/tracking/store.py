@@ -385,6 +385,9 @@ def store_lock(uri: str, create: bool = False, timeout: float = 600):
             return
         raise FedbenchError(f"cannot use the MLflow tracking store {uri}: {exc.strerror or exc}") from None
     try:
+        from fedbench.tracking.store_template import seed_new_store
+
+        seed_new_store(db)  # MLflow's migrations, run once per machine, not once per store
         yield
     finally:
         lock.release()

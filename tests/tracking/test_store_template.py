@@ -1,0 +1,133 @@
+"""A new SQLite store is a copy of the empty store MLflow's migrations make, made once per machine
+(fedbench.tracking.store_template): the same store as MLflow's, and MLflow's own where no template can be had."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+
+import pytest
+
+from fedbench.tracking.store import client_for, ensure_experiment, open_store
+from fedbench.tracking.store_template import is_template, seed_new_store, template_path
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def contents(db) -> tuple[list, dict]:
+    """A store's schema and rows, less what differs between two stores MLflow itself makes: the order of a
+    table's constraints (it follows Python's string hashing) and the times rows were written."""
+    con = sqlite3.connect(db)
+    try:
+        schema = sorted((kind, name, sorted((sql or "").replace(",", "\n").splitlines()))
+                        for kind, name, sql in con.execute("SELECT type, name, sql FROM sqlite_master"))
+        rows = {}
+        for (table,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
+            cursor = con.execute(f'SELECT * FROM "{table}"')
+            kept = [i for i, d in enumerate(cursor.description) if "time" not in d[0]]
+            rows[table] = sorted((tuple(r[i] for i in kept) for r in cursor), key=repr)
+        return schema, rows
+    finally:
+        con.close()
+
+
+def record_one_run(uri: str) -> None:
+    client, experiment = open_store(uri, "e")
+    run = client.create_run(experiment, run_name="r")
+    client.log_param(run.info.run_id, "p", 1)
+    client.log_metric(run.info.run_id, "accuracy", 0.5, step=1)
+    client.set_terminated(run.info.run_id)
+
+
+def test_a_new_store_is_the_store_mlflow_makes(cache, tmp_path):
+    ours, theirs = tmp_path / "ours" / "mlflow.db", tmp_path / "theirs" / "mlflow.db"
+    theirs.parent.mkdir()
+    record_one_run(f"sqlite:///{ours}")
+    assert template_path().is_file()  # the store was copied from it
+    client = client_for(f"sqlite:///{theirs}")  # MLflow's own migrations
+    ensure_experiment(client, "e", f"sqlite:///{theirs}")
+    run = client.create_run(client.get_experiment_by_name("e").experiment_id, run_name="r")
+    client.log_param(run.info.run_id, "p", 1)
+    client.log_metric(run.info.run_id, "accuracy", 0.5, step=1)
+    client.set_terminated(run.info.run_id)
+    schema, rows = contents(ours)
+    their_schema, their_rows = contents(theirs)
+    assert schema == their_schema
+    run_ids = {r.info.run_id for r in client_for(f"sqlite:///{ours}").search_runs(["1"])} | {run.info.run_id}
+    assert len(run_ids) == 2
+    def mask(table):  # a run's id, and its artifact folder, named by it
+        def masked(v):
+            for run_id in run_ids:
+                v = v.replace(run_id, "<run>") if isinstance(v, str) else v
+            return v
+        return [tuple(masked(v) for v in row) for row in table]
+    assert {t: mask(r) for t, r in rows.items()} == {t: mask(r) for t, r in their_rows.items()}
+    assert stat.S_IMODE(ours.stat().st_mode) == stat.S_IMODE(theirs.stat().st_mode)
+
+
+def test_a_store_made_from_the_template_runs_no_migration(cache, tmp_path, monkeypatch):
+    record_one_run(f"sqlite:///{tmp_path}/first.db")
+    import mlflow.store.db.utils
+
+    def migrations(engine):
+        raise AssertionError("a store was migrated from nothing again")
+
+    monkeypatch.setattr(mlflow.store.db.utils, "_initialize_tables", migrations)
+    record_one_run(f"sqlite:///{tmp_path}/second.db")
+    runs = client_for(f"sqlite:///{tmp_path}/second.db").search_runs(["1"])
+    assert [(r.data.params, r.data.metrics) for r in runs] == [({"p": "1"}, {"accuracy": 0.5})]
+
+
+@pytest.mark.parametrize("template", ["a view", "an experiment", "not sqlite", "writable by others"])
+def test_a_template_that_is_not_an_empty_store_is_made_again(cache, tmp_path, template):
+    path = template_path()
+    path.parent.mkdir(parents=True, mode=0o700)
+    if template == "writable by others":
+        record_one_run(f"sqlite:///{tmp_path}/first.db")  # a template as it is made
+        path.chmod(0o666)  # another user could have written in it
+        assert not is_template(path)
+        path.chmod(0o600)
+        assert is_template(path)
+        path.chmod(0o666)
+    elif template == "not sqlite":
+        path.write_bytes(b"not a database " * 100)
+    else:
+        record_one_run(f"sqlite:///{path}")  # a whole store, with an experiment and a run
+        if template == "a view":
+            con = sqlite3.connect(path)
+            con.execute("DELETE FROM experiments")
+            con.execute("CREATE VIEW v AS SELECT 1")
+            con.commit()
+            con.close()
+    record_one_run(f"sqlite:///{tmp_path}/store.db")
+    schema, rows = contents(tmp_path / "store.db")
+    assert "view" not in {kind for kind, _, _ in schema}
+    assert sorted(name for _, name, *_ in rows["experiments"]) == ["Default", "e"]
+    assert len(rows["runs"]) == 1
+    remade = contents(path)
+    assert remade[1]["experiments"] == [] and "view" not in {kind for kind, _, _ in remade[0]}  # made again, empty
+    assert is_template(path) and stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_without_a_usable_cache_folder_mlflow_makes_the_store(tmp_path, monkeypatch):
+    (tmp_path / "a file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a file"))
+    record_one_run(f"sqlite:///{tmp_path}/store.db")
+    assert len(contents(tmp_path / "store.db")[1]["runs"]) == 1
+
+
+def test_a_file_already_at_the_path_is_left_alone(cache, tmp_path):
+    for existing in (b"", b"someone's file"):
+        db = tmp_path / "store.db"
+        db.write_bytes(existing)
+        seed_new_store(db)
+        assert db.read_bytes() == existing
+    link = tmp_path / "link.db"
+    link.symlink_to(tmp_path / "nowhere.db")
+    seed_new_store(link)
+    assert link.is_symlink() and not (tmp_path / "nowhere.db").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.db", "store.db"]
