@@ -41,12 +41,13 @@ def template_path() -> Path:
 def make_template(path: Path) -> None:
     """MLflow's own creation of a store's tables (what its store runs on an empty database), into a file
     of this process's, moved into place whole: processes that make it at once each leave a complete one."""
+    import logging
+
     import sqlalchemy
     from mlflow.store.db.utils import _initialize_tables
 
-    from fedbench.tracking.store import quiet_libraries
-
-    quiet_libraries()
+    for name in ("mlflow", "alembic"):  # MLflow sets its loggers up on import: what a new store prints, as before
+        logging.getLogger(name).setLevel(logging.WARNING)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, made = tempfile.mkstemp(dir=path.parent, prefix=".making-", suffix=".db")
     os.close(fd)
@@ -63,11 +64,9 @@ def make_template(path: Path) -> None:
 
 
 def is_template(path: Path) -> bool:
-    """An empty store as MLflow's migrations leave it: tables and indexes only (no view or trigger that
-    reading it would run), no experiment, and a schema version; in a file and folder that only this user
+    """An empty store as MLflow's migrations leave it: MLflow's tables (no view, which reading
+    would run), no experiment, and a schema version; in a file and folder that only this user
     can have written (a cache folder set to a shared one is not trusted)."""
-    from fedbench.tracking.store import store_code
-
     try:
         for made in (path, path.parent):
             st = made.lstat()
@@ -75,7 +74,7 @@ def is_template(path: Path) -> bool:
                 return False
         con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=0.5)
         try:
-            if store_code(con):
+            if con.execute("SELECT count(*) FROM sqlite_master WHERE type = 'view'").fetchone()[0]:
                 return False
             experiments = con.execute("SELECT count(*) FROM experiments").fetchone()[0]
             schema = con.execute("SELECT count(*) FROM alembic_version").fetchone()[0]
