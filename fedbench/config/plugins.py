@@ -23,6 +23,7 @@ An installed package declares its config folder in the entry-point group `fedben
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Mapping
@@ -50,6 +51,26 @@ def installed_config_dirs() -> tuple[Path, ...]:
     naming a package folder of config groups (`fednova = "fednova_plugin.conf"`: fednova_plugin/conf/algorithm/
     fednova.yaml, whose `_target_` names the class). Found without importing the packages (`fedbench list`
     stays light); searched after the packaged configs and --config-dir (hydra_plugins/fedbench_plugins)."""
+    return _declared_config_dirs(_installed_state())
+
+
+def _installed_state() -> tuple[tuple[str, int, int], ...]:
+    """What the entry points are read from: the folders of sys.path, each with its time of change and its
+    count of links (installing or removing a package adds or removes its metadata folder there)."""
+    state = []
+    for entry in sys.path:
+        try:
+            st = os.stat(entry or ".")
+            state.append((entry, st.st_mtime_ns, st.st_nlink))
+        except OSError:
+            state.append((entry, -1, -1))
+    return tuple(state)
+
+
+@functools.lru_cache(maxsize=8)
+def _declared_config_dirs(state: tuple[tuple[str, int, int], ...]) -> tuple[Path, ...]:
+    """installed_config_dirs for one installed state: every composition reads it (reading every installed
+    package's metadata, tens of milliseconds, was a tenth of composing a config)."""
     from importlib.metadata import entry_points
 
     dirs = []

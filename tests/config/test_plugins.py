@@ -215,6 +215,23 @@ def test_an_installed_package_declares_its_algorithm_by_entry_point(tmp_path):
         "Did you mean 'shrink'?"], bad.stderr
 
 
+def test_a_package_installed_or_removed_while_the_process_runs_is_seen_by_the_next_composition(tmp_path, monkeypatch):
+    """installed_config_dirs reads the installed packages' metadata once per state of sys.path's folders."""
+    import shutil
+
+    from fedbench.config.plugins import installed_config_dirs
+
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setattr(sys, "path", [*sys.path, str(site)])
+    before = installed_config_dirs()
+    assert installed_config_dirs() == before
+    installed_plugin(site)
+    assert installed_config_dirs() == (*before, site / "halfavg_plugin" / "conf")
+    shutil.rmtree(site / "halfavg_plugin-0.1.dist-info")
+    assert installed_config_dirs() == before
+
+
 def test_a_plugin_adopted_in_one_test_is_gone_in_the_next(folder, monkeypatch):
     from fedbench.algorithms import load_all
     from fedbench.config.plugins import adopt, forget_adopted
