@@ -15,7 +15,6 @@ import os
 import secrets
 import shutil
 import sqlite3
-import stat
 import tempfile
 from pathlib import Path
 
@@ -48,6 +47,11 @@ def make_template(path: Path) -> None:
 
     for name in ("mlflow", "alembic"):  # MLflow sets its loggers up on import: what a new store prints, as before
         logging.getLogger(name).setLevel(logging.WARNING)
+    # only in a cache folder of this user's (`sudo fedbench` with the invoking user's HOME leaves no file of root's
+    # in that user's folders)
+    existing = next(folder for folder in (path.parent, *path.parent.parents) if folder.exists())
+    if not owned(existing):
+        return
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, made = tempfile.mkstemp(dir=path.parent, prefix=".making-", suffix=".db")
     os.close(fd)
@@ -68,10 +72,8 @@ def is_template(path: Path) -> bool:
     would run), no experiment, and a schema version; in a file and folder that only this user
     can have written (a cache folder set to a shared one is not trusted)."""
     try:
-        for made in (path, path.parent):
-            st = made.lstat()
-            if st.st_uid != os.geteuid() or st.st_mode & 0o022 or stat.S_ISLNK(st.st_mode):
-                return False
+        if not (owned(path) and owned(path.parent)):
+            return False
         con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=0.5)
         try:
             if con.execute("SELECT count(*) FROM sqlite_master WHERE type = 'view'").fetchone()[0]:
@@ -83,6 +85,15 @@ def is_template(path: Path) -> bool:
             con.close()
     except (OSError, sqlite3.Error):
         return False
+
+
+def owned(path: Path) -> bool:
+    """A file or folder of this user's that no other user can write (a link: its target)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
 
 def seed_new_store(db: Path) -> None:

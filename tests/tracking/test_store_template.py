@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import stat
 
@@ -131,3 +132,17 @@ def test_a_file_already_at_the_path_is_left_alone(cache, tmp_path):
     seed_new_store(link)
     assert link.is_symlink() and not (tmp_path / "nowhere.db").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.db", "store.db"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives a folder to another user")
+@pytest.mark.parametrize("made", [False, True])
+def test_no_template_is_made_or_used_in_another_users_cache_folder(tmp_path, monkeypatch, made):
+    """`sudo fedbench run` with the invoking user's HOME: nothing of root's is left in that user's folders."""
+    home = tmp_path / "home"
+    (home / "fedbench").mkdir(parents=True) if made else home.mkdir()
+    for folder in (home, home / "fedbench") if made else (home,):
+        os.chown(folder, 65534, 65534)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    record_one_run(f"sqlite:///{tmp_path}/store.db")
+    assert len(contents(tmp_path / "store.db")[1]["runs"]) == 1
+    assert [p.name for p in home.rglob("*")] == (["fedbench"] if made else [])
