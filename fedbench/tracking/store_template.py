@@ -20,7 +20,10 @@ from pathlib import Path
 
 
 def cache_folder() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fedbench"
+    """XDG_CACHE_HOME/fedbench, else ~/.cache/fedbench (a relative XDG_CACHE_HOME is ignored, as the XDG
+    specification says: it would put a template in whatever folder a command runs in)."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "fedbench"
 
 
 def template_path() -> Path:

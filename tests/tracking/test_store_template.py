@@ -146,3 +146,14 @@ def test_no_template_is_made_or_used_in_another_users_cache_folder(tmp_path, mon
     record_one_run(f"sqlite:///{tmp_path}/store.db")
     assert len(contents(tmp_path / "store.db")[1]["runs"]) == 1
     assert [p.name for p in home.rglob("*")] == (["fedbench"] if made else [])
+
+
+def test_a_relative_cache_folder_is_not_the_folder_the_command_runs_in(tmp_path, monkeypatch):
+    from fedbench.tracking.store_template import cache_folder
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", "cache")
+    assert cache_folder() == tmp_path / "home" / ".cache" / "fedbench"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_folder() == tmp_path / "xdg" / "fedbench"
