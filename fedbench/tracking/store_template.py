@@ -71,14 +71,16 @@ def make_template(path: Path) -> None:
 
 
 def is_template(path: Path) -> bool:
-    """An empty store as MLflow's migrations leave it: MLflow's tables (no view, which reading
-    would run), no experiment, and a schema version; in a file and folder that only this user
+    """An empty store as MLflow's migrations leave it: a whole SQLite file, MLflow's tables (no view, which
+    reading would run), no experiment, and a schema version; in a file and folder that only this user
     can have written (a cache folder set to a shared one is not trusted)."""
     try:
         if not (owned(path) and owned(path.parent)):
             return False
         con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=0.5)
         try:
+            if con.execute("PRAGMA quick_check").fetchone()[0] != "ok":  # a damaged page, copied to every new store
+                return False
             if con.execute("SELECT count(*) FROM sqlite_master WHERE type = 'view'").fetchone()[0]:
                 return False
             experiments = con.execute("SELECT count(*) FROM experiments").fetchone()[0]

@@ -83,7 +83,7 @@ def test_a_store_made_from_the_template_runs_no_migration(cache, tmp_path, monke
     assert [(r.data.params, r.data.metrics) for r in runs] == [({"p": "1"}, {"accuracy": 0.5})]
 
 
-@pytest.mark.parametrize("template", ["a view", "an experiment", "not sqlite", "writable by others"])
+@pytest.mark.parametrize("template", ["a view", "an experiment", "not sqlite", "a damaged page", "writable by others"])
 def test_a_template_that_is_not_an_empty_store_is_made_again(cache, tmp_path, template):
     path = template_path()
     path.parent.mkdir(parents=True, mode=0o700)
@@ -94,6 +94,12 @@ def test_a_template_that_is_not_an_empty_store_is_made_again(cache, tmp_path, te
         path.chmod(0o600)
         assert is_template(path)
         path.chmod(0o666)
+    elif template == "a damaged page":
+        record_one_run(f"sqlite:///{tmp_path}/first.db")  # a template as it is made, then one of its pages damaged
+        data = bytearray(path.read_bytes())
+        data[-4096:] = b"Z" * 4096  # an index's page: the counts is_template reads still read
+        path.write_bytes(bytes(data))
+        assert not is_template(path)
     elif template == "not sqlite":
         path.write_bytes(b"not a database " * 100)
     else:
@@ -157,3 +163,23 @@ def test_a_relative_cache_folder_is_not_the_folder_the_command_runs_in(tmp_path,
     assert cache_folder() == tmp_path / "home" / ".cache" / "fedbench"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache_folder() == tmp_path / "xdg" / "fedbench"
+
+
+def make_store(cache: str, db: str) -> int:
+    """One process's new store, with the cache folder given (a spawned worker's environment)."""
+    os.environ["XDG_CACHE_HOME"] = cache
+    record_one_run(f"sqlite:///{db}")
+    return len(contents(db)[1]["runs"])
+
+
+def test_processes_that_make_the_template_at_once_each_get_a_whole_store(tmp_path):
+    """No template yet and four new stores at once: each process may make the template; every store is whole, the
+    template is one, and nothing else is left in the cache folder."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    cache = tmp_path / "cache"
+    with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as pool:
+        counts = list(pool.map(make_store, [str(cache)] * 4, [str(tmp_path / f"store{i}.db") for i in range(4)]))
+    assert counts == [1, 1, 1, 1]
+    assert [p.name for p in (cache / "fedbench").iterdir()] == [template_path().name]
