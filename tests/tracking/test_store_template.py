@@ -172,6 +172,7 @@ def make_store(cache: str, db: str) -> int:
     return len(contents(db)[1]["runs"])
 
 
+@pytest.mark.slow  # four spawned processes
 def test_processes_that_make_the_template_at_once_each_get_a_whole_store(tmp_path):
     """No template yet and four new stores at once: each process may make the template; every store is whole, the
     template is one, and nothing else is left in the cache folder."""
