@@ -27,16 +27,12 @@ def cache_folder() -> Path:
 
 
 def template_path() -> Path:
-    """The template of this machine's MLflow, SQLAlchemy and alembic (another version makes another schema)."""
-    from importlib.metadata import version
+    """The template of the MLflow, SQLAlchemy and alembic this process runs (another version makes another schema)."""
+    import alembic
+    import mlflow
+    import sqlalchemy
 
-    def installed(name: str) -> str:
-        try:
-            return version(name)
-        except Exception:  # noqa: BLE001 - an MLflow installed as mlflow-skinny, or from source
-            return __import__(name).__version__
-
-    versions = "-".join(f"{name}{installed(name)}" for name in ("mlflow", "sqlalchemy", "alembic"))
+    versions = "-".join(f"{m.__name__}{m.__version__}" for m in (mlflow, sqlalchemy, alembic))
     return cache_folder() / f"empty-mlflow-store-{versions}.db"
 
 
@@ -104,7 +100,7 @@ def owned(path: Path) -> bool:
 def seed_new_store(db: Path) -> None:
     """Put the template at `db`, where there is nothing yet (the caller holds the store's lock); leave it to
     MLflow where the template cannot be made or read."""
-    if db.exists() or db.is_symlink() or not db.parent.is_dir():
+    if os.path.lexists(db) or not db.parent.is_dir():
         return
     try:
         template = template_path()

@@ -36,8 +36,9 @@ def contents(db) -> tuple[list, dict]:
         con.close()
 
 
-def record_one_run(uri: str) -> None:
-    client, experiment = open_store(uri, "e")
+def record_one_run(uri: str, opened=None) -> None:
+    """One run with a param and a metric, into the store `opened` (client, experiment id), else open_store's."""
+    client, experiment = opened or open_store(uri, "e")
     run = client.create_run(experiment, run_name="r")
     client.log_param(run.info.run_id, "p", 1)
     client.log_metric(run.info.run_id, "accuracy", 0.5, step=1)
@@ -50,15 +51,11 @@ def test_a_new_store_is_the_store_mlflow_makes(cache, tmp_path):
     record_one_run(f"sqlite:///{ours}")
     assert template_path().is_file()  # the store was copied from it
     client = client_for(f"sqlite:///{theirs}")  # MLflow's own migrations
-    ensure_experiment(client, "e", f"sqlite:///{theirs}")
-    run = client.create_run(client.get_experiment_by_name("e").experiment_id, run_name="r")
-    client.log_param(run.info.run_id, "p", 1)
-    client.log_metric(run.info.run_id, "accuracy", 0.5, step=1)
-    client.set_terminated(run.info.run_id)
+    record_one_run(f"sqlite:///{theirs}", (client, ensure_experiment(client, "e", f"sqlite:///{theirs}")))
     schema, rows = contents(ours)
     their_schema, their_rows = contents(theirs)
     assert schema == their_schema
-    run_ids = {r.info.run_id for r in client_for(f"sqlite:///{ours}").search_runs(["1"])} | {run.info.run_id}
+    run_ids = {r.info.run_id for uri in (ours, theirs) for r in client_for(f"sqlite:///{uri}").search_runs(["1"])}
     assert len(run_ids) == 2
     def mask(table):  # a run's id, and its artifact folder, named by it
         def masked(v):
