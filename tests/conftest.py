@@ -53,9 +53,48 @@ def store_password_of_this_test():
         os.environ[PASSWORD_ENV] = before
 
 
-def make_cfg(*overrides: str):
+def composed(*overrides: str):
+    """The config Hydra composes from conf/ and `overrides`."""
     with initialize_config_dir(config_dir=CONF, version_base=None):
         return compose("config", overrides=list(overrides))
+
+
+# Hydra composes a config in ~0.1 s, and the suite asks for ~900, most of them differing from an earlier one in
+# plain values only (seeds, step sizes): composed once per set of config files, as the reproductions' jobs are
+FILES_COMPOSED: dict[tuple, object] = {}
+CHECK_DERIVED = os.environ.get("FEDBENCH_TESTS_CHECK_DERIVED", "") == "1"  # every derived config against Hydra's
+
+
+def make_cfg(*overrides: str):
+    """composed(*overrides), each set of config files composed once in a process: the plain values (key=value)
+    set on a copy as Hydra sets them (config.preflight.JobComposer); anything else, or any error, composed
+    by Hydra. The config folders of installed plugins, and sys.path, are part of the key."""
+    import sys
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from fedbench.config.plugins import installed_config_dirs
+    from fedbench.config.preflight import JobComposer, set_values
+
+    files = JobComposer.files(list(overrides))
+    values = [o for o in overrides if o not in files]
+    key = (files, tuple(sys.path), installed_config_dirs())
+    try:
+        if key not in FILES_COMPOSED:
+            FILES_COMPOSED[key] = composed(*files)
+        cfg = FILES_COMPOSED[key].copy()
+        derived = set_values(cfg, OverridesParser.create().parse_overrides(values))
+    except Exception:  # noqa: BLE001 - Hydra's own composition raises it (or takes it)
+        derived = False
+    if not derived:
+        return composed(*overrides)
+    if CHECK_DERIVED:
+        from omegaconf import OmegaConf
+
+        reference = composed(*overrides)
+        assert OmegaConf.to_yaml(cfg) == OmegaConf.to_yaml(reference), overrides
+        assert cfg._get_flag("struct") == reference._get_flag("struct"), overrides
+    return cfg
 
 
 def require_data(available: bool, reason: str) -> None:

@@ -88,3 +88,52 @@ def test_jobs_with_the_files_of_an_earlier_job_are_derived_and_others_composed(c
         cfg = composer(job)
         assert len(compositions) - before == composed, job
         same_config(cfg, job)
+
+
+def test_the_suites_configs_are_the_ones_hydra_composes(monkeypatch, tmp_path):
+    """tests/conftest.py's make_cfg composes each set of config files once and sets plain values on a copy:
+    what it returns is Hydra's config for the whole line, a key Hydra refuses is Hydra's error, and a plugin's
+    config folder installed or removed meanwhile is searched or not (FEDBENCH_TESTS_CHECK_DERIVED=1 checks
+    every call of a whole run of the suite against Hydra's composition)."""
+    import sys
+
+    import tests.conftest as conftest
+    from hydra.errors import ConfigCompositionException
+
+    calls = []
+    real = conftest.composed
+    monkeypatch.setattr(conftest, "composed", lambda *o: calls.append(o) or real(*o))
+    monkeypatch.setattr(conftest, "FILES_COMPOSED", {})
+    for line, composes in ((["algorithm=scaffold", "seed=1"], 1), (["algorithm=scaffold", "algorithm.option=I", "seed=2"], 0),
+                           (["algorithm=scaffold", "targets=[0.5,0.9]", "eta_l=${eta_g}", "eta_g=0.25"], 0),
+                           (["algorithm=scaffold", "model=mlp_2nn", "model.hidden=7"], 1), (["algorithm=scaffold", "+extra=1"], 1),
+                           (["algorithm=scaffold", "data.root=null", "rounds=4", "rounds=5"], 0),
+                           (["algorithm=scaffold", "rounds=[1,2]"], 0)):  # a list for a number: validate's to refuse
+        before = len(calls)
+        cfg = conftest.make_cfg(*line)
+        assert len(calls) - before == composes, line
+        reference = real(*line)
+        assert OmegaConf.to_yaml(cfg) == OmegaConf.to_yaml(reference), line
+        assert cfg._get_flag("struct") == reference._get_flag("struct"), line
+    assert conftest.make_cfg("algorithm=scaffold", "seed=1").seed == 1  # the cached composition was not changed
+    for refused in (["algorithm=scaffold", "nokey=1"], ["algorithm=scaffold", "algorithm.nokey=1"]):
+        with pytest.raises(ConfigCompositionException) as derived:
+            conftest.make_cfg(*refused)
+        with pytest.raises(ConfigCompositionException) as alone:
+            real(*refused)
+        assert str(derived.value) == str(alone.value)
+    plugin = tmp_path / "site" / "myplugin"
+    (plugin / "conf" / "algorithm").mkdir(parents=True)
+    (plugin / "__init__.py").write_text("")
+    (plugin / "conf" / "algorithm" / "mine.yaml").write_text("name: fedavg\n")
+    meta = tmp_path / "site" / "myplugin-1.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: myplugin\nVersion: 1.0\n")
+    (meta / "entry_points.txt").write_text("[fedbench.plugins]\nmyplugin = myplugin.conf\n")
+    with pytest.raises(ConfigCompositionException):
+        conftest.make_cfg("algorithm=mine", "seed=1")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert conftest.make_cfg("algorithm=mine", "seed=3").algorithm.name == "fedavg"
+    sys.path.remove(str(tmp_path / "site"))  # uninstalled: its choice is gone again
+    with pytest.raises(ConfigCompositionException):
+        conftest.make_cfg("algorithm=mine", "seed=4")
