@@ -61,32 +61,24 @@ def composed(*overrides: str):
 
 # Hydra composes a config in ~0.1 s, and the suite asks for ~900, most of them differing from an earlier one in
 # plain values only (seeds, step sizes): composed once per set of config files, as the reproductions' jobs are
-FILES_COMPOSED: dict[tuple, object] = {}
+COMPOSERS: dict[tuple, object] = {}  # per sys.path and installed plugins' config folders
 CHECK_DERIVED = os.environ.get("FEDBENCH_TESTS_CHECK_DERIVED", "") == "1"  # every derived config against Hydra's
 
 
 def make_cfg(*overrides: str):
     """composed(*overrides), each set of config files composed once in a process: the plain values (key=value)
     set on a copy as Hydra sets them (config.preflight.JobComposer); anything else, or any error, composed
-    by Hydra. The config folders of installed plugins, and sys.path, are part of the key."""
+    by Hydra."""
     import sys
 
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     from fedbench.config.plugins import installed_config_dirs
-    from fedbench.config.preflight import JobComposer, set_values
+    from fedbench.config.preflight import JobComposer
 
-    files = JobComposer.files(list(overrides))
-    values = [o for o in overrides if o not in files]
-    key = (files, tuple(sys.path), installed_config_dirs())
-    try:
-        if key not in FILES_COMPOSED:
-            FILES_COMPOSED[key] = composed(*files)
-        cfg = FILES_COMPOSED[key].copy()
-        derived = set_values(cfg, OverridesParser.create().parse_overrides(values))
-    except Exception:  # noqa: BLE001 - Hydra's own composition raises it (or takes it)
-        derived = False
-    if not derived:
+    key = (tuple(sys.path), installed_config_dirs())
+    if key not in COMPOSERS:
+        COMPOSERS[key] = JobComposer(Path(CONF), [], composer=lambda line: composed(*line))
+    cfg = COMPOSERS[key].derived(list(overrides))
+    if cfg is None:
         return composed(*overrides)
     if CHECK_DERIVED:
         from omegaconf import OmegaConf

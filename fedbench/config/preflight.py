@@ -203,11 +203,18 @@ class JobComposer:
     """The configs of a grid's jobs, each as Hydra composes it, without composing each one (a second
     with Hydra): the jobs that choose the same config files share one composition, and their plain
     values (key=value) are set on a copy of it (set_values). Anything else (+key, ~key, a value the composed
-    config does not take) is composed by Hydra, whose error is the one to report."""
+    config does not take) is composed by Hydra, whose error is the one to report. `composer` composes a
+    command line (default: config.compose.compose from conf_dir)."""
 
-    def __init__(self, conf_dir: Path, search: list[str]):
+    def __init__(self, conf_dir: Path, search: list[str], composer=None):
         self.conf_dir, self.search = conf_dir, search
+        self.compose = composer or self._compose
         self.bases: dict[tuple[str, ...], object] = {}
+
+    def _compose(self, overrides: list[str]):
+        from fedbench.config.compose import compose
+
+        return compose(overrides, directory=self.conf_dir)
 
     @staticmethod
     def files(job: list[str]) -> tuple[str, ...]:
@@ -215,21 +222,24 @@ class JobComposer:
         return tuple(o for o in job if o[0] in "+~" or "/" in o.split("=", 1)[0] or o.split("=", 1)[0] in GROUPS)
 
     def __call__(self, job: list[str]):
-        from hydra.core.override_parser.overrides_parser import OverridesParser
+        cfg = self.derived(job)
+        return cfg if cfg is not None else self.compose([*job, *self.search])
 
-        from fedbench.config.compose import compose
+    def derived(self, job: list[str]):
+        """The job's config derived from its files' composition, or None where Hydra must compose it."""
+        from hydra.core.override_parser.overrides_parser import OverridesParser
 
         files = self.files(job)
         values = [o for o in job if o not in files]
         try:
             if files not in self.bases:
-                self.bases[files] = compose([*files, *self.search], directory=self.conf_dir)
+                self.bases[files] = self.compose([*files, *self.search])
             cfg = self.bases[files].copy()
             if set_values(cfg, OverridesParser.create().parse_overrides(values)):
                 return cfg
         except Exception:  # noqa: BLE001 - Hydra's own composition reports it (or takes it)
             pass
-        return compose([*job, *self.search], directory=self.conf_dir)
+        return None
 
 
 class CheckedComposer:
