@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,24 +70,24 @@ def make_cfg(*overrides: str):
     """composed(*overrides), each set of config files composed once in a process: the plain values (key=value)
     set on a copy as Hydra sets them (config.preflight.JobComposer); anything else, or any error, composed
     by Hydra."""
-    import sys
-
     from fedbench.config.plugins import installed_config_dirs
     from fedbench.config.preflight import JobComposer
 
     key = (tuple(sys.path), installed_config_dirs())
     if key not in COMPOSERS:
         COMPOSERS[key] = JobComposer(Path(CONF), [], composer=lambda line: composed(*line))
-    cfg = COMPOSERS[key].derived(list(overrides))
-    if cfg is None:
-        return composed(*overrides)
+    cfg = COMPOSERS[key](list(overrides))
     if CHECK_DERIVED:
-        from omegaconf import OmegaConf
-
-        reference = composed(*overrides)
-        assert OmegaConf.to_yaml(cfg) == OmegaConf.to_yaml(reference), overrides
-        assert cfg._get_flag("struct") == reference._get_flag("struct"), overrides
+        assert_composed_alike(cfg, composed(*overrides), overrides)
     return cfg
+
+
+def assert_composed_alike(cfg, reference, overrides) -> None:
+    """`cfg` is the config `reference` is: the same YAML and the same struct flag."""
+    from omegaconf import OmegaConf
+
+    assert OmegaConf.to_yaml(cfg) == OmegaConf.to_yaml(reference), overrides
+    assert cfg._get_flag("struct") == reference._get_flag("struct"), overrides
 
 
 def require_data(available: bool, reason: str) -> None:

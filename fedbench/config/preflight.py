@@ -222,11 +222,6 @@ class JobComposer:
         return tuple(o for o in job if o[0] in "+~" or "/" in o.split("=", 1)[0] or o.split("=", 1)[0] in GROUPS)
 
     def __call__(self, job: list[str]):
-        cfg = self.derived(job)
-        return cfg if cfg is not None else self.compose([*job, *self.search])
-
-    def derived(self, job: list[str]):
-        """The job's config derived from its files' composition, or None where Hydra must compose it."""
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         files = self.files(job)
@@ -239,7 +234,7 @@ class JobComposer:
                 return cfg
         except Exception:  # noqa: BLE001 - Hydra's own composition reports it (or takes it)
             pass
-        return None
+        return self.compose([*job, *self.search])
 
 
 class CheckedComposer:
