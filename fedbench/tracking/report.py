@@ -27,6 +27,7 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
 
     from fedbench.core.errors import ConfigError, FedbenchError
     from fedbench.core.terminal import printable
+    from fedbench.tracking.metric_rows import read_histories
     from fedbench.tracking.store import existing_store, one_line, reader_client
 
     store = existing_store(uri)  # as shown: no password
@@ -49,8 +50,10 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
     rows = []
     others = [run for run in runs if "algorithm.name" not in run.data.params]  # a shared store: not fedbench's runs
     unlike = []  # fedbench's params, but a history no fedbench run records
-    for run in (run for run in runs if "algorithm.name" in run.data.params):
-        history = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, "test_accuracy"))
+    ours = [run for run in runs if "algorithm.name" in run.data.params]
+    histories = read_histories(client, [run.info.run_id for run in ours], "test_accuracy")
+    for run in ours:
+        history = sorted(histories[run.info.run_id])
         if not recorded_history(history, run.data.params.get("rounds")):
             unlike.append(run.info.run_id)
             continue
@@ -91,17 +94,20 @@ def metric_curves(frame: pd.DataFrame, uri: str | None, metric: str, x: str = "r
     against `x`: columns label, seed, x, metric (the input of tracking.plots.comparison_figure). Empty when no run logged it."""
     import pandas as pd
 
+    from fedbench.tracking.metric_rows import read_histories
     from fedbench.tracking.store import reader_client
 
     client = reader_client(uri)
+    run_ids = list(frame["run_id"])
+    read = metric != "test_accuracy" or "history" not in frame
+    histories = read_histories(client, run_ids, metric) if read else dict(zip(run_ids, frame["history"]))
+    x_histories = read_histories(client, run_ids, x) if x != "round" else {}
     rows = []
     for _, run in frame.iterrows():
-        values = ({r: v for r, v in run["history"]} if metric == "test_accuracy" and "history" in run
-                  else {m.step: m.value for m in client.get_metric_history(run["run_id"], metric)})
+        values = dict(histories[run["run_id"]])
         if not values:
             continue
-        xs = ({m.step: m.value for m in client.get_metric_history(run["run_id"], x)} if x != "round"
-              else {r: float(r) for r in values})
+        xs = dict(x_histories[run["run_id"]]) if x != "round" else {r: float(r) for r in values}
         label = " ".join(p for p in (run["algorithm"], run.get("hyperparameters"), run["setting"]) if p)
         rows += [{"label": label, "seed": run.get("param:seed"), x: xs[r], metric: v} for r, v in values.items() if r in xs]
     return pd.DataFrame(rows, columns=["label", "seed", x, metric])

@@ -1,5 +1,6 @@
 """tracking.metric_rows writes what MLflow's log_batch writes: the same metric rows, the same latest metrics,
-the same tags, the same refusals, on the same store; and it is the path taken on a SQL store."""
+the same tags, the same refusals, on the same store; and it is the path taken on a SQL store. It reads back
+what MLflow's get_metric_history reads, many runs a query."""
 
 from __future__ import annotations
 
@@ -147,3 +148,32 @@ def test_a_server_store_takes_log_batch(client, monkeypatch):
 
     monkeypatch.setattr(type(client._tracking_client), "store", property(lambda self: object()))
     assert metric_rows.sql_store(client) is None
+
+
+def test_histories_read_many_runs_a_query_are_what_mlflow_reads_run_by_run(client, monkeypatch):
+    """Every run's rows of a key in MLflow's order (timestamp, step, value), repeated steps, NaN and infinities
+    as MLflow gives them back, a run without the key, runs over several queries; no per-run read on a SQL store,
+    and the client's per-run read where the query fails or the store has no SQL rows."""
+    from fedbench.tracking import metric_rows
+
+    runs = [client.create_run(client.experiment).info.run_id for _ in range(5)]
+    for i, run_id in enumerate(runs[:4]):  # the fifth logs nothing
+        for metrics, tags in batches(10 + i):
+            client.log_batch(run_id, metrics=metrics, tags=tags)
+    theirs = {key: {r: [(m.step, repr(m.value)) for m in client.get_metric_history(r, key)] for r in runs}
+              for key in ("a", "b", "c", "d", "never logged")}
+    assert sum(map(len, theirs["a"].values())) > 20 and any("nan" in v for rows in theirs["a"].values() for _, v in rows)
+
+    def shown(histories):
+        return {r: [(step, repr(value)) for step, value in rows] for r, rows in histories.items()}
+
+    monkeypatch.setattr(metric_rows, "RUNS_PER_QUERY", 2)  # three queries for five runs
+    per_run = client.get_metric_history
+    monkeypatch.setattr(client, "get_metric_history", lambda *a, **k: pytest.fail("read run by run"))
+    for key, rows in theirs.items():
+        assert shown(metric_rows.read_histories(client, runs, key)) == rows
+    monkeypatch.setattr(client, "get_metric_history", per_run)
+    monkeypatch.setattr(metric_rows, "_select_rows", lambda *a: 1 / 0)
+    assert shown(metric_rows.read_histories(client, runs, "a")) == theirs["a"]
+    monkeypatch.setattr(metric_rows, "sql_store", lambda client: None)
+    assert shown(metric_rows.read_histories(client, runs, "b")) == theirs["b"]
