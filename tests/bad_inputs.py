@@ -171,6 +171,21 @@ CASES: list[tuple[str, str]] = [
     ("-m eta_l=interval(0.01,1)", "eta_l=interval(0.01,1) is an interval to search, which a grid cannot list: give "
                                   "values (choice(...), range(...) or a,b,c), or search it with hydra/sweeper=optuna"),
     ("-m seed=range(3,3)", "seed=range(3,3) lists no value: the grid has no job"),
+    ("-m seed=range(0,10,0)", "seed=range(0,10,0): a range's step must not be 0"),
+    ("-m eta_l=range(0.1,0.2,0)", "eta_l=range(0.1,0.2,0): a range's step must not be 0"),
+    # each job of a sweep in a folder of its own inside the sweep's (an interrupted run's checkpoint was overwritten)
+    ("-m seed=0,1 hydra.sweep.subdir=../victim_run", "hydra.sweep.subdir='../victim_run' leaves the sweep folder"),
+    ("-m seed=0,1 hydra.sweep.subdir=/tmp/elsewhere", "hydra.sweep.subdir='/tmp/elsewhere' leaves the sweep folder"),
+    ("-m seed=0,1 hydra.sweep.subdir=.", "hydra.sweep.subdir='.' names one folder for every job of the sweep"),
+    # integers beyond 64 bits (the tensors' int64), numbers beyond a float
+    ("batch_size=100000000000000000000", "batch_size must be an integer >= 0, got 100000000000000000000: beyond what a "
+                                         "run holds (an integer: at most 2**63 - 1"),
+    ("rounds=100000000000000000000000000000", "rounds must be an integer >= 1, got 100000000000000000000000000000"),
+    ("local_epochs=1000000000000000000000", "local_epochs must be an integer >= 1 or null, got 1000000000000000000000"),
+    ("eta_l=1" + "0" * 400, "eta_l must be a finite number > 0, got 1.000e+400: beyond what a run holds"),
+    # devices this machine lacks (tests/models run the CUDA ones where a device is)
+    ("engine.device=mps", "engine.device=mps but no MPS device is available; use engine.device=auto"),
+    ("engine.client_state_device=mps", "engine.client_state_device=mps but no MPS device is available"),
     ("--config-name mine", "--config-name is not a flag of fedbench run: its primary config is fedbench's own"),
     ("hydra.run.dir=" + "d" * 300, "cannot create the output folder " + "d" * 300 + ": File name too long; set hydra.run.dir"),
     # issue 36 (fedadmm)

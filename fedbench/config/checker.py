@@ -9,12 +9,13 @@ import functools
 import inspect
 import math
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union
 
-from fedbench.config.schema import Spec, spec_of
+from fedbench.config.schema import MAX_INT64, Spec, spec_of
 from fedbench.config.suggest import nested_key
 from fedbench.core.errors import ConfigError, did_you_mean, unknown_choice
 from fedbench.core.secrets import redact
@@ -31,6 +32,12 @@ def _union_args(tp) -> tuple | None:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _beyond(value: Any, largest: float) -> bool:
+    """An integer literal beyond `largest`: MAX_INT64 for an integer key (the engine's tensors hold it as int64),
+    the largest float for a number (10**400 has no float)."""
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) > largest
 
 
 def _bounds(s: Spec) -> str:
@@ -82,9 +89,9 @@ def _fits(value: Any, tp, s: Spec) -> bool:
     if base is bool:
         return isinstance(value, bool)
     if base is int:
-        return isinstance(value, int) and not isinstance(value, bool) and _in_range(value, s)
+        return isinstance(value, int) and not isinstance(value, bool) and not _beyond(value, MAX_INT64) and _in_range(value, s)
     if base is float:
-        return _is_number(value) and (not _ranged(s) or (math.isfinite(value) and _in_range(value, s)))
+        return _is_number(value) and not _beyond(value, sys.float_info.max) and (not _ranged(s) or (math.isfinite(value) and _in_range(value, s)))
     if base is str:
         return isinstance(value, str) and (not s.nonempty or value.strip() != "") and (
             s.pattern is None or re.fullmatch(s.pattern, value) is not None) and (
@@ -120,6 +127,11 @@ def check_value(key: str, value: Any, tp, s: Spec) -> None:
         for i, v in enumerate(value):
             check_value(f"{key}[{i}]", v, item, s)
     hint = f" ({s.hint})" if s.hint else ""
+    if _beyond(value, MAX_INT64) and not s.bounds:
+        digits = str(abs(value))
+        shown = f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:4]}e+{len(digits) - 1}" if len(digits) > 30 else str(value)
+        raise ConfigError(f"{key} must be {describe(tp, s)}{hint}, got {shown}: beyond what a run holds (an integer: "
+                          "at most 2**63 - 1, a number: at most 1.8e+308)")
     if isinstance(value, str) and s.max_length is not None and len(value) > s.max_length:
         raise ConfigError(f"{key} must be at most {s.max_length} characters (the size of the column MLflow's SQL stores "
                           f"keep it in), got {len(value)}: {value[:40]!r}...")

@@ -54,7 +54,9 @@ def sweep_length(override) -> int:
     from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
 
     value = override.value()
-    if isinstance(value, RangeSweep) and value.step:
+    if isinstance(value, RangeSweep):
+        if not value.step:
+            raise ConfigError(f"{override.input_line}: a range's step must not be 0 (range(start, stop, step))")
         return max(0, math.ceil((value.stop - value.start) / value.step))
     if isinstance(value, ChoiceSweep):
         return len(value.list)
@@ -155,6 +157,8 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
         if number == 0:
             cfg = compose([*job, *search, *placement], return_hydra_config=True, directory=conf_dir)
             check_output_dir(cfg, multirun)
+            if multirun:
+                check_sweep_subdir(cfg)
             check_plugin_options(cfg)
         else:
             cfg = composer(job)
@@ -324,6 +328,25 @@ def check_output_dir(cfg, multirun: bool) -> None:
     except (OSError, RuntimeError) as exc:  # a name too long, a loop of links: what creating it would meet
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(f"cannot create the output folder {folder}: {why}; set {key}") from None
+
+
+def check_sweep_subdir(cfg) -> None:
+    """Every job of a sweep writes into a folder of its own inside the sweep folder: a hydra.sweep.subdir that
+    leaves it (`..`, an absolute path) would put a job's record and checkpoint into another run's folder (an
+    interrupted run's checkpoint overwritten), and one without a per-job part (${hydra.job.num}) puts every job
+    into one folder, each overwriting the one before."""
+    from pathlib import PurePosixPath
+
+    from omegaconf import OmegaConf
+
+    raw = str(OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir"))
+    default = "e.g. hydra.sweep.subdir=${hydra.job.num} (the default)"
+    if raw.startswith("/") or ".." in PurePosixPath(raw).parts:
+        raise ConfigError(f"hydra.sweep.subdir={raw!r} leaves the sweep folder: each job's folder must be inside "
+                          f"hydra.sweep.dir; {default}")
+    if "${" not in raw:
+        raise ConfigError(f"hydra.sweep.subdir={raw!r} names one folder for every job of the sweep: each would "
+                          f"overwrite the record of the one before; give each job its own, {default}")
 
 
 def _check_output_dir(cfg, folder: Path, key: str, multirun: bool) -> None:

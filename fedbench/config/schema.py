@@ -12,7 +12,8 @@ config, and so the config hash that resume and skip_finished match runs by; it a
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
-MAX_SEED = 2**63 - 1  # the random streams hash the seed as a signed 64-bit integer
+MAX_INT64 = 2**63 - 1  # every count of a run is a 64-bit integer in its tensors
+MAX_SEED = MAX_INT64  # the random streams hash the seed as a signed 64-bit integer
 DEVICE = r"auto|cpu|mps|cuda(:\d+)?"
 # the stores MLflow opens (its tracking-store registry's schemes); a path without one would be its
 # retired file store, a sqlite:// without a third slash an in-memory store that keeps nothing

@@ -129,11 +129,22 @@ def check_across(values: dict[str, Any]) -> None:
           f"engine.threads={values['engine']['threads']} is more than this machine's CPU cores (os.cpu_count()); "
           "use at most that many, or engine.threads=0 for torch's default")
     check_representable(values)
-    device = values["engine"]["device"]
-    if device.startswith("cuda"):
-        import torch
+    for key in ("device", "client_state_device"):
+        check_device_present(f"engine.{key}", values["engine"][key])
 
-        check(torch.cuda.is_available(), f"engine.device={device} but no CUDA device is available; use engine.device=auto")
+
+def check_device_present(key: str, device: str) -> None:
+    """A CUDA or MPS device named for the run (its compute or its clients' state) is on this machine."""
+    import torch
+
+    if device.startswith("cuda"):
+        check(torch.cuda.is_available(), f"{key}={device} but no CUDA device is available; use {key}=auto")
+        index = int(device.partition(":")[2] or 0)
+        count = torch.cuda.device_count()
+        check(index < count, f"{key}={device} but this machine has {count} CUDA device(s) (cuda:0 .. cuda:{count - 1}); "
+                             f"use {key}=auto")
+    if device == "mps":
+        check(torch.backends.mps.is_available(), f"{key}=mps but no MPS device is available; use {key}=auto")
 
 
 def check_representable(values: dict[str, Any]) -> None:

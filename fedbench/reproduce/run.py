@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from fedbench.config.compose import conf_dir, group_choices_of
 from fedbench.config.preflight import MAX_GRID_JOBS, CheckedComposer
-from fedbench.core.errors import ConfigError, DataUnavailableError, DivergenceError, FedbenchError, report_error
+from fedbench.core.errors import ConfigError, DataUnavailableError, DivergenceError, FedbenchError, report_error, unknown_choice
 from fedbench.core.output_files import write_output
 from fedbench.core.user_yaml import load_yaml
 from fedbench.reproduce.entry import Arm, Claim, Reproduction, Scale, paper_count
@@ -591,6 +591,9 @@ def reproduce_all(scale_name: str = "ci", extra: tuple[str, ...] = (), outputs: 
     from fedbench.reproduce import results as recorded
 
     refuse_own_keys(extra)
+    scales = sorted({name for rep in load_catalog().values() for name in rep.scales})
+    if scale_name not in scales:  # it names the summary's file too: outputs/reproduce/all-<scale>.md
+        raise unknown_choice("--scale", scale_name, scales)
     if record:
         recorded.docs_path()  # a checkout to record into, checked before hours of training
     from fedbench.core.output_files import check_destination

@@ -410,6 +410,19 @@ def test_reproduce_all_runs_what_can_run_here_and_says_why_not_for_the_rest(tiny
     assert "| method | group | metric | paper | measured |" in text  # the comparison table of what ran
 
 
+@pytest.mark.parametrize("scale", ["nope", "/../../../victim", "../escape"])
+def test_reproduce_all_refuses_a_scale_no_entry_has_before_writing(scale, tmp_path):
+    """The scale names the summary's files (outputs/all-<scale>.md): one no entry has ran nothing, said nothing
+    and wrote an empty summary, or one through `..` onto a file of the user's."""
+    from fedbench.reproduce.run import reproduce_all
+
+    victim = tmp_path / "victim.md"
+    victim.write_text("the user's notes")
+    with pytest.raises(ConfigError, match=r"Unknown --scale .*\. Available: ci, fmnist, full\."):
+        reproduce_all(scale, (), outputs=tmp_path / "a" / "b" / "outputs", echo=lambda *_: None)
+    assert victim.read_text() == "the user's notes" and sorted(p.name for p in tmp_path.rglob("*")) == ["victim.md"]
+
+
 @pytest.mark.slow  # >= 10 s on a busy 2-core machine (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_reproduce_all_records_claims_compute_and_docs(tiny_conf, monkeypatch):
     import fedbench.reproduce.results as results_module
