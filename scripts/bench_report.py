@@ -27,14 +27,13 @@ from pathlib import Path
 def make_store(db: Path, runs: int, rounds: int) -> str:
     """A store of `runs` finished runs, written by fedbench's own row writer (as `fedbench run` records)."""
     from mlflow.entities import Metric, Param
-    from mlflow.tracking import MlflowClient
 
     from fedbench.tracking.metric_rows import write_batch
-    from fedbench.tracking.store import quiet_libraries
+    from fedbench.tracking.store import quiet_libraries, store_client
 
     quiet_libraries()
     uri = f"sqlite:///{db}"
-    client = MlflowClient(uri)
+    client = store_client(uri)
     experiment = client.create_experiment("fedbench")
     for i in range(runs):
         run_id = client.create_run(experiment).info.run_id

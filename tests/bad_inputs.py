@@ -293,8 +293,8 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("run hydra.run.dir={tmp}/record_symlink", "<tmp>/record_symlink/.hydra/hydra.yaml is a symlink"),
     ("run hydra.run.dir={tmp}/dangling", "<tmp>/dangling is a symlink to <tmp>/nowhere, which does not exist"),
     ("run hydra.run.dir=outputs/..", "hydra.run.dir='outputs/..' is the current folder"),
-    ("resume {tmp}/record_changed", "<tmp>/record_changed/.hydra/overrides.yaml (or fedbench.yaml) is not what the run "
-     "recorded with its checkpoint"),
+    ("resume {tmp}/record_changed", "<tmp>/record_changed/.hydra/overrides.yaml (or fedbench.yaml) is not the record "
+     "this user's fedbench wrote with its checkpoint"),
     ("resume {tmp}/disk_table_truncated", "<tmp>/disk_table_truncated/client_state is not the client state of this "
      "run's checkpoint (c.bin holds"),
     # issue 40 (a reproduction's seeds): the keys a reproduction sets per job are refused, the seeds chosen with --seeds

@@ -68,6 +68,8 @@ Examples:
 
 def resume(
     run_dir: Annotated[Path, typer.Argument(help="The run directory (holds .hydra/ and checkpoint.pt).")],
+    trust: Annotated[bool, typer.Option("--trust", help="Compose the folder's record (.hydra/overrides.yaml) though "
+                                        "another user's or machine's fedbench wrote it: read it first, it can run code.")] = False,
 ) -> None:
     """Continue an interrupted run from its checkpoint: same config, same folder, same MLflow run."""
     from fedbench.core.errors import ConfigError
@@ -88,7 +90,7 @@ def resume(
 
     recorded = read_overrides(saved)
     conf, dirs = recorded_config_dirs(run_dir)
-    verify(run_dir, run_dir / CHECKPOINT_NAME, recorded, conf, dirs)  # composes only what the run recorded
+    verify(run_dir, run_dir / CHECKPOINT_NAME, recorded, conf, dirs, trust)  # composes only what the run recorded
     apply_config_dirs(conf)
     flags = [arg for d in dirs for arg in ("--config-dir", d)]
     overrides = _renamed(run_dir, [o for o in recorded if key_of(o) not in PLACEMENT], conf, dirs)

@@ -37,7 +37,7 @@ def test_an_appended_hydra_callback_is_refused_and_runs_nothing(finished, tmp_pa
         out = fedbench("resume", str(run_dir), cwd=tmp)
         assert out.returncode == 2, out.stderr[-3000:]
         [line] = error_lines(out.stderr)
-        assert "overrides.yaml (or fedbench.yaml) is not what the run recorded with its checkpoint" in line, line
+        assert "overrides.yaml (or fedbench.yaml) is not the record this user's fedbench wrote with its checkpoint" in line, line
         assert victim.read_text() == "the user's file\n"
         (run_dir / ".hydra" / "overrides.yaml").write_text(saved.replace("rounds=2", "rounds=5"))  # a value changed
         out = fedbench("resume", str(run_dir), cwd=tmp)
@@ -60,29 +60,84 @@ def test_the_digest_covers_overrides_and_config_folders_but_not_the_placement(fi
     verify(run_dir, ckpt, [*recorded, f"hydra.run.dir={run_dir}", "resume=true"], None, [])  # what a resume adds
     for changed in ([*recorded, "+hydra.callbacks.x._target_=builtins.print"], recorded[1:],
                     [*recorded, "seed=3"]):
-        with pytest.raises(ConfigError, match="is not what the run recorded"):
+        with pytest.raises(ConfigError, match="is not the record this user's fedbench wrote"):
             verify(run_dir, ckpt, changed, None, [])
-    with pytest.raises(ConfigError, match="is not what the run recorded"):
+    with pytest.raises(ConfigError, match="is not the record this user's fedbench wrote"):
         verify(run_dir, ckpt, recorded, None, ["/elsewhere"])
-    with pytest.raises(ConfigError, match="is not what the run recorded"):
+    with pytest.raises(ConfigError, match="is not the record this user's fedbench wrote"):
         verify(run_dir, ckpt, recorded, "/elsewhere", [])
 
 
-def test_a_checkpoint_without_a_digest_takes_no_hydra_settings(finished, tmp_path):
-    """An earlier version's checkpoint (no digest): the config hash still ties the run's values; only
-    Hydra's settings, which act before any check, are refused."""
+@pytest.mark.parametrize("saved", ["none", "unkeyed"])
+def test_a_checkpoint_without_a_keyed_digest_takes_no_hydra_settings_and_no_code(finished, tmp_path, saved):
+    """An earlier version's checkpoint (no digest, or the unkeyed one): the config hash still ties the run's
+    values; Hydra's settings and `_target_` entries, which run code before any check, are refused unless trusted."""
     from fedbench.core.errors import ConfigError
-    from fedbench.runs.recorded import read_overrides, verify
+    from fedbench.runs.recorded import read_overrides, unkeyed_digest, verify
 
     _, run_dir = finished
-    payload = torch.load(run_dir / "checkpoint.pt", weights_only=True)
-    del payload["recorded_digest"]
-    old = tmp_path / "checkpoint.pt"
-    torch.save(payload, old)
     recorded = read_overrides(run_dir / ".hydra" / "overrides.yaml")
-    verify(run_dir, old, recorded, None, [])
-    with pytest.raises(ConfigError, match="sets '\\+hydra.callbacks.x._target_=builtins.print'"):
-        verify(run_dir, old, [*recorded, "+hydra.callbacks.x._target_=builtins.print"], None, [])
+    payload = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    old = tmp_path / "checkpoint.pt"
+    for lines in (recorded, [*recorded, "+hydra.callbacks.x._target_=builtins.print"],
+                  [*recorded, "algorithm._target_=os.system"]):
+        if saved == "none":
+            payload.pop("recorded_digest", None)
+        else:
+            payload["recorded_digest"] = unkeyed_digest(lines, None, [])
+        torch.save(payload, old)
+        if lines is recorded:
+            verify(run_dir, old, lines, None, [])
+            continue
+        with pytest.raises(ConfigError, match=f"sets '{lines[-1].replace('+', '.')}'.* use fedbench resume --trust"):
+            verify(run_dir, old, lines, None, [])
+        verify(run_dir, old, lines, None, [], trust=True)
+
+
+def test_a_record_signed_with_another_key_is_refused_unless_trusted(finished, tmp_path, monkeypatch):
+    """Whoever can write the folder can write its checkpoint: a digest recomputed there (another user's key, or
+    the unkeyed sha256 of an earlier version over a record with code in it) does not pass; this user's own does."""
+    from fedbench.core.errors import ConfigError
+    from fedbench.runs import recorded as rec
+
+    _, run_dir = finished
+    lines = [*rec.read_overrides(run_dir / ".hydra" / "overrides.yaml"), "+hydra.callbacks.x._target_=torch.load"]
+    payload = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    forged = tmp_path / "checkpoint.pt"
+    monkeypatch.setenv(rec.KEY_ENV, str(tmp_path / "theirs.key"))  # another user's fedbench
+    payload["recorded_digest"] = rec.digest(lines, None, [])
+    torch.save(payload, forged)
+    monkeypatch.undo()
+    with pytest.raises(ConfigError, match="written by another user or machine .* fedbench resume --trust"):
+        rec.verify(run_dir, forged, lines, None, [])
+    rec.verify(run_dir, forged, lines, None, [], trust=True)
+    payload["recorded_digest"] = rec.digest(lines, None, [])  # this user's: what their own fedbench writes
+    torch.save(payload, forged)
+    rec.verify(run_dir, forged, lines, None, [])
+
+
+def test_the_record_key_is_made_once_for_the_user_alone_and_a_readable_one_is_refused(tmp_path, monkeypatch):
+    import os
+    import stat
+
+    from fedbench.core.errors import ConfigError
+    from fedbench.runs import recorded as rec
+
+    monkeypatch.delenv(rec.KEY_ENV, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    key = rec.record_key()
+    path = tmp_path / "config" / "fedbench" / "record.key"
+    assert len(key) == 32 and path.read_bytes() == key and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert rec.record_key() == key and sorted(p.name for p in path.parent.iterdir()) == ["record.key"]
+    assert rec.digest(["a=1"], None, []) != rec.unkeyed_digest(["a=1"], None, [])
+    os.chmod(path, 0o644)  # others could read it and forge records
+    with pytest.raises(ConfigError, match="is not this user's record key .* mode 600"):
+        rec.record_key()
+    path.unlink()
+    path.symlink_to(tmp_path / "elsewhere.key")
+    with pytest.raises(ConfigError, match="cannot read this user's record key"):
+        rec.record_key()
+    assert not (tmp_path / "elsewhere.key").exists()
 
 
 @pytest.mark.parametrize("every, why", [(0, "started with tracking.checkpoint_every=0, it writes none but a stop signal's"),
