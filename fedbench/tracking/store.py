@@ -75,6 +75,7 @@ def default_tracking_uri(outputs: Path = DEFAULT_OUTPUTS) -> str:
     except OSError as exc:
         raise FedbenchError(f"cannot create the local MLflow store in {outputs.resolve()}: {exc.strerror or exc}; "
                             "run from a writable folder or set tracking.uri") from None
+    check_store_link(outputs / "mlflow.db")  # before the link is resolved away
     return f"sqlite:///{(outputs / 'mlflow.db').resolve()}"
 
 
@@ -353,6 +354,33 @@ def sqlite_file(db: Path, uri: str) -> None:
         raise code_in_store(db, code)
 
 
+def check_store_link(db: Path) -> None:
+    """A run's SQLite store at a link leads to an MLflow store: a link planted in a shared outputs/ (to another
+    program's database, an empty file, or nowhere) had the run write MLflow's tables into its target."""
+    import sqlite3
+
+    from fedbench.core.errors import ConfigError
+
+    if not db.is_symlink():
+        return
+    target = db.resolve()
+    tables = set()
+    if target.is_file() and target.stat().st_size:
+        try:
+            con = sqlite3.connect(f"{target.as_uri()}?mode=ro", uri=True, timeout=0.5)
+            try:
+                tables = {name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            finally:
+                con.close()
+        except sqlite3.DatabaseError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                return  # a store in use: a run's, which MLflow's open then waits for
+    if not MLFLOW_TABLES <= tables:
+        raise ConfigError(f"{db} is a link to {target}, which is not an MLflow store: a run writes MLflow's tables "
+                          "into a store that has them or into a new file of its own, never through a link; remove "
+                          "the link, or name the store with tracking.uri")
+
+
 def code_in_store(db: Path, code: str):
     from fedbench.core.errors import ConfigError
 
@@ -370,6 +398,8 @@ def store_lock(uri: str, create: bool = False, timeout: float = 600):
         yield
         return
     sqlite_file(db, uri)
+    if create:
+        check_store_link(db)
     from filelock import FileLock
 
     try:

@@ -253,6 +253,40 @@ def test_a_link_where_the_store_lock_goes_is_refused_not_followed(tmp_path):
     assert not victim.exists()
 
 
+@pytest.mark.parametrize("target", ["another program's database", "an empty file", "nothing"])
+def test_a_link_at_the_runs_store_leads_to_an_mlflow_store_or_is_refused(tmp_path, monkeypatch, target):
+    """outputs/mlflow.db, the default store, as a link planted in a shared folder: a run wrote MLflow's 60-odd
+    tables into the target (another program's SQLite file), or created it (an empty file, a dangling link).
+    A link to an MLflow store is a store the user chose: the run records there."""
+    import sqlite3
+
+    from fedbench.core.errors import ConfigError
+    from fedbench.tracking.store import default_tracking_uri, store_lock
+
+    monkeypatch.chdir(tmp_path)
+    victim = tmp_path / "victim.db"
+    if target == "another program's database":
+        with sqlite3.connect(victim) as con:
+            con.execute("CREATE TABLE notes (t)")
+    elif target == "an empty file":
+        victim.touch()
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "outputs" / "mlflow.db").symlink_to(victim)
+    before = victim.read_bytes() if victim.exists() else None
+    with pytest.raises(ConfigError, match="outputs/mlflow.db is a link to .*victim.db, which is not an MLflow store"):
+        default_tracking_uri()
+    with pytest.raises(ConfigError, match="is a link to .*victim.db, which is not an MLflow store"):
+        with store_lock(f"sqlite:///{tmp_path}/outputs/mlflow.db", create=True):
+            pass
+    assert (victim.read_bytes() if victim.exists() else None) == before
+    victim.unlink(missing_ok=True)
+    store = tmp_path / "store.db"
+    with store_lock(f"sqlite:///{store}", create=True):  # an MLflow store, made where the user named it
+        pass
+    victim.symlink_to(store)
+    assert default_tracking_uri() == f"sqlite:///{store}"
+
+
 def test_every_store_opener_holds_the_store_lock_while_it_opens(monkeypatch, tmp_path):
     """`fedbench report`, `plot` (load_runs), the API's history read and a run's open_store each make their
     MlflowClient, which creates or migrates a fresh SQLite store, under the lock beside the database."""
