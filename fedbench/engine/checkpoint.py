@@ -7,6 +7,7 @@ round index alone fixes every later cohort and minibatch.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from fedbench.core.errors import ConfigError
 
 
 TMP_PREFIX = ".ckpt-"
+ORPHAN_NAME = re.compile(re.escape(TMP_PREFIX) + r"[a-z0-9_]{8}\.tmp")  # tempfile.mkstemp's names
 RECORD_DIGEST = "recorded_digest"  # the digest of the run folder's record of its start (runs.recorded)
 
 
@@ -27,9 +29,11 @@ def _umask() -> int:
 
 
 def remove_orphans(folder: Path) -> None:
-    """Temporary files of checkpoint writes that were killed (SIGKILL, power loss) half-way."""
+    """Temporary files of checkpoint writes that were killed (SIGKILL, power loss) half-way: regular files named
+    as mkstemp names them (a user's `.ckpt-notes.tmp`, or a folder of that name, is theirs)."""
     for orphan in folder.glob(f"{TMP_PREFIX}*.tmp"):
-        orphan.unlink(missing_ok=True)
+        if ORPHAN_NAME.fullmatch(orphan.name) and orphan.is_file() and not orphan.is_symlink():
+            orphan.unlink(missing_ok=True)
 
 
 def save_checkpoint(path: Path, state: RunState, run_id: str | None, config_hash: str,

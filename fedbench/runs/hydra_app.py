@@ -68,8 +68,10 @@ def current_job(cfg) -> HydraJob:
     job = HydraJob(cfg, Path(hc.runtime.output_dir), multirun, num, hc.job.name, typed, {"overrides": typed[:5000]})
     if multirun:
         job.tags.update(sweep_dir=str(Path(hc.sweep.dir).resolve()), sweep_job=str(hc.job.num))
-    (job.out / FAILED_MARKER).unlink(missing_ok=True)
-    (job.out / INTERRUPTED_MARKER).unlink(missing_ok=True)
+    if (job.out / ".hydra" / RECORD_NAME).is_file():  # an earlier job of fedbench's here: its markers are stale
+        for marker in (FAILED_MARKER, INTERRUPTED_MARKER):  # (a folder of the user's keeps files of these names)
+            if (job.out / marker).is_file() and not (job.out / marker).is_symlink():
+                (job.out / marker).unlink(missing_ok=True)
     conf, dirs = record_config_dirs(job.out, hc)
     overrides = OmegaConf.to_container(hc.overrides.task, resolve=False)
     job.tags[RECORD_DIGEST] = digest(overrides, conf, dirs)  # into each checkpoint: what resume may compose

@@ -156,7 +156,7 @@ def test_resuming_a_finished_run_logs_nothing_again(tmp_path):
 
 def test_an_orphan_temporary_checkpoint_is_removed_and_checkpoints_follow_the_umask(tmp_path):
     _run(tmp_path, "rounds=2")
-    orphan = tmp_path / "run" / ".ckpt-k1ll3d.tmp"  # what a SIGKILL during a checkpoint write leaves
+    orphan = tmp_path / "run" / ".ckpt-k1ll3d_0.tmp"  # what a SIGKILL during a checkpoint write leaves (mkstemp: 8 characters)
     orphan.write_bytes(b"half")
     _run(tmp_path, "rounds=2", "resume=true")
     assert not orphan.exists()

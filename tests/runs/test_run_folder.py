@@ -241,3 +241,27 @@ def test_a_jobs_hydra_files_are_written_from_its_config_itself_when_nothing_in_i
             masked = OmegaConf.to_yaml(OmegaConf.create(redact_tree(OmegaConf.to_container(node, enum_to_str=True))))
             written = (tmp_path / str(secret) / name).read_text(encoding="utf-8")
             assert written == masked and "hunter2" not in written, name
+
+
+def test_a_users_folder_as_the_run_folder_keeps_files_named_as_fedbenchs_own(tmp_path):
+    """Files named as fedbench's markers (FAILED, INTERRUPTED) and its checkpoint's temporary files
+    (`.ckpt-*.tmp`) in a folder of the user's that is named as hydra.run.dir were deleted at the start; they
+    are fedbench's only in a folder an earlier fedbench job recorded itself in (.hydra/fedbench.yaml), and a
+    temporary file only under the name mkstemp gives it."""
+    from fedbench.engine.checkpoint import remove_orphans
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    theirs = {"FAILED": "a", "INTERRUPTED": "b", ".ckpt-notes.tmp": "c", "notes.txt": "d"}
+    for name, text in theirs.items():
+        (mine / name).write_text(text)
+    (mine / ".ckpt-d.tmp").mkdir()  # a folder of that name stopped every checkpoint
+    out = fedbench("run", *SMALL, "rounds=2", "tracking.checkpoint_every=1", f"tracking.uri=sqlite:///{tmp_path}/m.db",
+                   f"hydra.run.dir={mine}", cwd=tmp_path)
+    assert out.returncode == 0 and "warning" not in out.stderr, out.stderr[-3000:]
+    assert {name: (mine / name).read_text() for name in theirs} == theirs and (mine / ".ckpt-d.tmp").is_dir()
+    assert (mine / "checkpoint.pt").is_file()
+    orphan = mine / ".ckpt-a1b2c3d4.tmp"  # a write killed half-way
+    orphan.write_bytes(b"PK")
+    remove_orphans(mine)
+    assert not orphan.exists() and (mine / ".ckpt-notes.tmp").exists()
