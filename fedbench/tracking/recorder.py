@@ -204,6 +204,20 @@ class Drawing:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def check_no_links(artifact_uri: str, names: list[str]) -> None:
+    """A local artifact folder holds no link where a run writes: its path is printed by every run, and a link
+    planted at a file's name (or as the folder) led the run's artifacts onto another file."""
+    from urllib.parse import unquote, urlparse
+
+    if not artifact_uri.startswith("file:"):
+        return
+    folder = Path(unquote(urlparse(artifact_uri).path))
+    for path in (folder.parent, folder, *(folder / name for name in names)):
+        if path.is_symlink():
+            raise StoreError(f"{path} is a link (to {os.readlink(path)}): a run writes its artifacts into files of its "
+                             "own, never through a link; remove the link and resume the run")
+
+
 class Recorder:
     """Buffers per-round metrics and writes them in batches (one MLflow call per flush)."""
 
@@ -414,14 +428,15 @@ class Recorder:
             self.flush()
         summary: dict[str, Any] = {"run_id": self.run_id, "status": status, "rounds_to_target": self.targets}
         artifact_names = ["config.yaml"]
-        if drawn is not None:
-            paths = drawn.result()
-            if paths:  # its own folder holds these files alone: one store call for all
-                self.client.log_artifacts(self.run_id, str(drawn.folder))
-            artifact_names += [path.name for path in paths]
-        summary["artifacts"] = artifact_names
         if self.artifact_uri is None:  # a resumed run: its creation's
             self.artifact_uri = self.client.get_run(self.run_id).info.artifact_uri
+        if drawn is not None:
+            paths = drawn.result()
+            check_no_links(self.artifact_uri, [path.name for path in paths])
+            for path in paths:  # a file a call: MLflow stages each and renames it over its path (its
+                self.client.log_artifact(self.run_id, str(path))  # log_artifacts copied through a planted link)
+            artifact_names += [path.name for path in paths]
+        summary["artifacts"] = artifact_names
         summary["artifact_uri"] = self.artifact_uri
         self.client.set_terminated(self.run_id, status=status)
         return summary

@@ -269,3 +269,32 @@ def test_a_sweep_job_s_curves_are_drawn_while_its_record_s_end_is_written(tmp_pa
     summary = run_job(cfg, tmp_path / "run", quiet=True, sweep=True)
     assert overlapped == [True]
     assert summary["status"] == "FINISHED" and summary["artifacts"] == ["config.yaml", "metrics.csv", "curves.png"]
+
+
+def test_a_run_s_artifacts_are_never_written_through_a_link_planted_in_its_artifact_folder(tmp_path, monkeypatch):
+    """A resumed run writes metrics.csv and curves.png again into its artifact folder, whose path every run
+    prints: a link planted there at a file's name had the file copied onto the link's target (a user's file).
+    The run's end names the link in one line, writes nothing, and completes once the link is gone."""
+    from urllib.parse import urlparse
+
+    from fedbench.tracking.recorder import Recorder
+    from fedbench.tracking.store import StoreError
+
+    monkeypatch.chdir(tmp_path)  # the artifact root: outputs/mlartifacts here
+    recorder = Recorder(make_cfg("rounds=2", f"tracking.uri=sqlite:///{tmp_path}/m.db"))
+    recorder.check_reachable()
+    run_id = recorder.start({})
+    folder = Path(urlparse(recorder.artifact_uri).path)
+    victims = {name: tmp_path / f"victim-{name}" for name in ("metrics.csv", "curves.png")}
+    for name, victim in victims.items():
+        victim.write_text("the user's file\n")
+        (folder / name).symlink_to(victim)
+    history = [{"round": 1, "test_accuracy": 0.2, "test_loss": 2.0}, {"round": 2, "test_accuracy": 0.4, "test_loss": 1.0}]
+    with pytest.raises(StoreError, match=f"{folder / 'metrics.csv'} is a link .*never through a link"):
+        recorder.finish(history)
+    assert all(victim.read_text() == "the user's file\n" for victim in victims.values())
+    for name in victims:
+        (folder / name).unlink()
+    recorder.finish(history)
+    assert (folder / "metrics.csv").read_text().startswith("round,") and (folder / "curves.png").stat().st_size > 1000
+    assert {a.path for a in recorder.client.list_artifacts(run_id)} == {"config.yaml", "metrics.csv", "curves.png"}
