@@ -155,7 +155,8 @@ def check_payload(path: Path, payload: dict, state: RunState) -> None:
             refuse(f"{key} is a {type(payload[key]).__name__}")
     if payload["round"] < 0:
         refuse(f"round {payload['round']}")
-    _check_tensors(refuse, "server", payload["server"], {k: tuple(v.shape) for k, v in state.server.items()})
+    _check_tensors(refuse, "server", payload["server"], {k: tuple(v.shape) for k, v in state.server.items()},
+                   {k: v.dtype for k, v in state.server.items()})
     if set(payload["tables"]) != set(state.tables):
         refuse(f"client tables {sorted(payload['tables'])}, expected {sorted(state.tables)}")
     for name, table in state.tables.items():
@@ -169,16 +170,30 @@ def check_payload(path: Path, payload: dict, state: RunState) -> None:
         for v in values:
             if not isinstance(v, torch.Tensor) or tuple(v.shape) != shape:
                 refuse(f"client table {name} holds rows of shape {_shape(v)}, this run's are {list(shape)}")
+            if not _plain(v, table.dtype):
+                refuse(f"client table {name} holds rows of {_kind(v)}, this run's are dense {table.dtype} tensors")
     if not all(isinstance(h, dict) for h in payload["history"]):
         refuse("history is not a list of rounds")
 
 
-def _check_tensors(refuse, where: str, saved: dict, expected: dict[str, tuple]) -> None:
+def _check_tensors(refuse, where: str, saved: dict, expected: dict[str, tuple], dtypes: dict) -> None:
     if set(saved) != set(expected):
         refuse(f"{where} state {sorted(saved)}, expected {sorted(expected)}")
     for key, shape in expected.items():
         if not isinstance(saved[key], torch.Tensor) or not _fits(tuple(saved[key].shape), shape):
             refuse(f"{where} state {key} of shape {_shape(saved[key])}, this run's is {list(shape)}")
+        if not _plain(saved[key], dtypes[key]):
+            refuse(f"{where} state {key} is {_kind(saved[key])}, this run's is a dense {dtypes[key]} tensor")
+
+
+def _plain(t: torch.Tensor, dtype) -> bool:
+    """A dense tensor in memory of the run's dtype (a sparse, meta or other-typed one failed deep in the round)."""
+    return t.dtype == dtype and t.layout == torch.strided and not t.is_meta and not t.is_quantized
+
+
+def _kind(t: torch.Tensor) -> str:
+    layout = "meta" if t.is_meta else "dense" if t.layout == torch.strided else str(t.layout).removeprefix("torch.")
+    return f"a {layout} {t.dtype} tensor"
 
 
 def _fits(saved: tuple, built: tuple) -> bool:

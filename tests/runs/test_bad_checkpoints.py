@@ -11,7 +11,11 @@ from tests.faultkit import SMALL, runs
 from tests.runs.test_faults import run_job_in
 
 
-@pytest.mark.parametrize("change", ["shapes", "tables", "layout"])
+KINDS = {"float64": lambda v: v.double(), "int64": lambda v: v.long(), "sparse": lambda v: v.to_sparse(),
+         "meta": lambda v: v.to("meta")}  # each failed deep in the round, a traceback (issue: hostile files)
+
+
+@pytest.mark.parametrize("change", ["shapes", "tables", "layout", *(f"server {k}" for k in KINDS), "table rows float64"])
 def test_a_checkpoint_of_another_shape_is_refused_before_training(tmp_path, change):
     run_job_in(tmp_path, *SMALL, "rounds=2", "algorithm=scaffold")
     ckpt = tmp_path / "run" / "checkpoint.pt"
@@ -21,6 +25,11 @@ def test_a_checkpoint_of_another_shape_is_refused_before_training(tmp_path, chan
     elif change == "tables":
         name = next(iter(payload["tables"]))
         payload["tables"][name]["values"] = [torch.zeros(3) for _ in payload["tables"][name]["values"]]
+    elif change.startswith("server "):
+        payload["server"] = {k: KINDS[change.removeprefix("server ")](v) for k, v in payload["server"].items()}
+    elif change == "table rows float64":
+        for table in payload["tables"].values():
+            table["values"] = [v.double() for v in table["values"]]
     else:
         payload["history"] = {"round": 1}
     torch.save(payload, ckpt)
