@@ -158,6 +158,27 @@ def test_a_store_that_defines_what_a_read_runs_is_refused_in_one_line(store, tmp
     assert crafted.read_bytes() == before
 
 
+def test_a_store_with_a_generated_column_is_refused_in_one_line(store, tmp_path):  # noqa: F811
+    """A generated column computes on every read: one that builds a string of hundreds of MB in a 1.4 MB store
+    made `fedbench report` take 26 s and 3.7 GB (here a cheap one: its presence is refused)."""
+    import shutil
+    import sqlite3
+
+    _, folder = store
+    crafted = tmp_path / "shared.db"
+    shutil.copy(folder / "m.db", crafted)
+    con = sqlite3.connect(crafted)
+    con.execute("ALTER TABLE params ADD COLUMN padded TEXT GENERATED ALWAYS AS (value || 'x') VIRTUAL")
+    con.commit()
+    con.close()
+    before = crafted.read_bytes()
+    out = fedbench("report", "--uri", f"sqlite:///{crafted}", cwd=tmp_path, timeout=60)
+    assert out.returncode == 2 and len(error_lines(out.stderr)) == 1, out.stderr[-2000:]
+    assert f"{crafted} is not an MLflow store as MLflow writes one: it defines the generated column params.padded" \
+        in out.stderr
+    assert crafted.read_bytes() == before
+
+
 def test_a_run_into_a_store_that_defines_a_view_is_refused_before_it_starts(store, tmp_path):  # noqa: F811
     """The run's own store, given as tracking.uri: the run hung before its first line, deaf to SIGTERM."""
     from tests.faultkit import SMALL
