@@ -172,6 +172,13 @@ CASES: list[tuple[str, str]] = [
                                   "values (choice(...), range(...) or a,b,c), or search it with hydra/sweeper=optuna"),
     ("-m seed=range(3,3)", "seed=range(3,3) lists no value: the grid has no job"),
     ("-m seed=range(0,10,0)", "seed=range(0,10,0): a range's step must not be 0"),
+    ("hydra.run.dir=${oc.env:FEDBENCH_NO_SUCH_VARIABLE}", "cannot resolve hydra.run.dir: KeyError raised while "
+                                                          "resolving interpolation: \"Environment variable"),
+    ("hydra.run.dir=outputs/${no_such_key}", "cannot resolve hydra.run.dir: Interpolation key 'no_such_key' not found"),
+    ("-m seed=0,1 hydra.sweep.dir=outputs/${hydra.job.num}", "hydra.sweep.dir cannot use ${hydra.job.num}: the "
+                                                              "sweep's folder is made before its jobs"),
+    ("hydra.job.name=a/b", "hydra.job.name='a/b' must be a file name"),
+    ("--resolve", "--resolve goes with --cfg or --help"),
     ("-m eta_l=range(0.1,0.2,0)", "eta_l=range(0.1,0.2,0): a range's step must not be 0"),
     # each job of a sweep in a folder of its own inside the sweep's (an interrupted run's checkpoint was overwritten)
     ("-m seed=0,1 hydra.sweep.subdir=../victim_run", "hydra.sweep.subdir='../victim_run' leaves the sweep folder"),
@@ -240,6 +247,10 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("plot --uri sqlite:///{tmp}/store.db --metric acc --output {tmp}/p", "Unknown --metric (a metric these runs logged) 'acc'"),
     ("attack dlg --algorithms ''", "--algorithms names no algorithm (got '')"),
     ("attack dlg --attack-lr nan", "--attack-lr must be a finite number > 0, got nan"),
+    ("attack dlg --round 99999999999999999999", "--round and --iterations must be integers in [1, 2**63 - 1], got "
+                                                "99999999999999999999 and 100"),
+    ("attack dlg --out {tmp}/outside.txt", "cannot create a folder in --out <tmp>/outside.txt: File exists; set --out"),
+    ("plot --output figs/..", "--output 'figs/..' names no file: give a path and a name"),
     # issue 32 (security)
     ("run dataset=cifar10 data.root={tmp}/cifar_crafted",
      "cifar-10-batches-py/data_batch_1 is not a CIFAR python batch: it references posix.mknod, which a CIFAR batch never holds"),

@@ -45,6 +45,7 @@ def dlg(
     import pandas as pd
     from fedbench.attacks.record import recorded_attack
     from fedbench.config.preflight import checked_compose
+    from fedbench.config.schema import MAX_INT64
     from fedbench.core.errors import ConfigError
     from fedbench.tracking.store import quiet_libraries
 
@@ -59,8 +60,8 @@ def dlg(
         raise ConfigError(f"Unknown optimizer {optimizer!r}. Available: gd, lbfgs.")
     if init not in ("normal", "zeros"):
         raise ConfigError(f"Unknown init {init!r}. Available: normal, zeros.")
-    if attack_round < 1 or iterations < 1:
-        raise ConfigError(f"--round and --iterations must be >= 1, got {attack_round} and {iterations}")
+    if not (1 <= attack_round <= MAX_INT64 and 1 <= iterations <= MAX_INT64):
+        raise ConfigError(f"--round and --iterations must be integers in [1, 2**63 - 1], got {attack_round} and {iterations}")
     configs = {}
     for name in names:  # every configuration is checked before any training
         overrides = [*DLG_DEFAULTS, "tracking.experiment=dlg", *ctx.args, f"algorithm={name}"]
@@ -68,7 +69,11 @@ def dlg(
     quiet_libraries()
     curves = {}
     folder = out / datetime.now().strftime("dlg-%Y%m%d-%H%M%S")
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create a folder in --out {out}: {exc.strerror or exc}; set --out") from None
     for name, cfg in configs.items():
         errors = curves[name] = recorded_attack(cfg, attack_round, iterations, attack_lr, optimizer, init)
         typer.echo(f"{name:<12} e_0 = {errors[0]:.4f}   e_{iterations} = {errors[-1]:.4f}   ({errors[-1] / errors[0] - 1:+.1%})")

@@ -32,13 +32,16 @@ def plot(
 ) -> None:
     """A figure of one metric over rounds (or floats uploaded): one line per method and setting,
     the mean over seeds with a ± std band, PNG and PDF."""
-    from fedbench.core.errors import unknown_choice
+    from fedbench.core.errors import ConfigError, unknown_choice
     from fedbench.core.output_files import check_output_file
     from fedbench.tracking.plots import X_AXES, save_figure
     from fedbench.tracking.report import comparison_plot
 
     if x not in X_AXES:
         raise unknown_choice("--x", x, X_AXES)
+    if output.name in ("", ".", ".."):
+        raise ConfigError(f"--output {str(output)!r} names no file: give a path and a name, e.g. figs/compare "
+                          "(written as figs/compare.png and figs/compare.pdf)")
     for suffix in (".png", ".pdf"):
         check_output_file(output.with_suffix(suffix), "--output", create_folders=True)
     fig, count = comparison_plot(experiment, metric, x, setting, title, filter_string, uri)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import re
 from pathlib import Path
 
 from fedbench.config import suggest
@@ -118,6 +119,9 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
             raise ConfigError(f"{name} is not a flag of fedbench run: its primary config is fedbench's own; add your "
                               "groups with --config-dir DIR (or FEDBENCH_CONF), continue a run with fedbench resume DIR "
                               "(fedbench run --hydra-help lists the flags it passes to Hydra)")
+    if "--resolve" in argv and not {"--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i"} & set(argv):
+        raise ConfigError("--resolve goes with --cfg or --help: it resolves the config they print "
+                          "(fedbench run --cfg job --resolve)")
     overrides = hydra_overrides(argv)
     check_plugins(overrides)
     extra = extra_config_dirs(argv)
@@ -318,11 +322,17 @@ def check_output_value(placement: list[str]) -> None:
 def check_output_dir(cfg, multirun: bool) -> None:
     """The run (or sweep) folder of a config composed with Hydra's settings must be creatable:
     Hydra would fail with a traceback."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     try:
         folder = Path(str(cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir))
-    except Exception:  # an interpolation that only resolves inside the job: checked when it starts
-        return
-    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    except Exception as exc:
+        first = (str(exc).splitlines() or [""])[0]
+        if multirun and (per_job := re.search(r"hydra\.job\.(num|id)\b", first)):
+            raise ConfigError(f"hydra.sweep.dir cannot use ${{{per_job.group(0)}}}: the sweep's folder is made before "
+                              "its jobs, one for all; put it in hydra.sweep.subdir (each job's folder)") from None
+        if re.search(r"hydra\.(job|runtime)\b", first):  # a value Hydra sets as the job starts (override_dirname)
+            return
+        raise ConfigError(f"cannot resolve {key}: {first}") from None
     try:
         _check_output_dir(cfg, folder, key, multirun)
     except (OSError, RuntimeError) as exc:  # a name too long, a loop of links: what creating it would meet
@@ -360,6 +370,9 @@ def _check_output_dir(cfg, folder: Path, key: str, multirun: bool) -> None:
     from fedbench.core.ownership import JOB_NAME, check_entries
 
     job_name = str(OmegaConf.select(cfg, "hydra.job.name", default=JOB_NAME) or JOB_NAME)
+    if "/" in job_name or job_name in (".", ".."):  # it names the job's log file in its folder
+        raise ConfigError(f"hydra.job.name={job_name!r} must be a file name (it names the job's log, <name>.log, in "
+                          "its folder): no '/', not '.' or '..'")
     check_entries(folder, log_names=tuple({JOB_NAME, job_name}))  # links, FIFOs, others' files: before Hydra writes
     existing = folder.absolute()
     while not existing.exists():
