@@ -218,6 +218,26 @@ def test_libsvm_named_set_and_path(tmp_path):
         load("libsvm", tmp_path / "none")
 
 
+def test_a_compressed_libsvm_file_that_inflates_past_memory_is_one_line_unparsed(tmp_path, monkeypatch):
+    """A 21 KB ijcnn1.bz2 of 325 MB of lines grew the process past 6.8 GB while sklearn parsed it: the text is
+    read at most a quarter of the memory available, here made 4 MB; a file that fits still loads."""
+    import bz2
+
+    from fedbench.data import tabular
+
+    folder = tmp_path / "libsvm"
+    folder.mkdir()
+    (folder / "ijcnn1.bz2").write_bytes(bz2.compress(b"1 1:1\n-1 2:1\n" * 400_000))  # 5.6 MB of text
+    write_svmlight(folder / "ijcnn1.t", np.eye(2), np.array([1, -1]))
+    monkeypatch.setattr(tabular, "available_memory", lambda: 4 * 2**20)
+    with pytest.raises(DataUnavailableError, match=r"ijcnn1.bz2 is not svmlight files .*: it decompresses to more "
+                                                   r"than 1,048,576 bytes \(a quarter of the memory available\)"):
+        load("libsvm", tmp_path)
+    (folder / "ijcnn1.bz2").write_bytes(bz2.compress(b"1 1:1\n-1 2:1\n" * 1000))
+    ds = load("libsvm", tmp_path)
+    assert ds.x_train.shape == (2000, 2) and ds.y_train.sum() == 1000
+
+
 # -- Shakespeare, Sent140 -------------------------------------------------------------------
 
 
