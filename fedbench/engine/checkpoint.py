@@ -122,6 +122,7 @@ def load_checkpoint(path: Path, state: RunState, device: torch.device) -> dict:
 
 def read_payload(path: Path) -> dict:
     """The checkpoint's dict (tensors only unpickled: weights_only); one line for anything else."""
+    check_stored(path)
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # empty, truncated or foreign file
@@ -132,6 +133,23 @@ def read_payload(path: Path) -> dict:
         raise ConfigError(f"{path} is not a fedbench checkpoint (it holds a {type(payload).__name__}); "
                           "delete it to start the run again")
     return payload
+
+
+def check_stored(path: Path) -> None:
+    """torch.save stores its zip's entries as they are: a compressed entry (or one declaring more bytes than it
+    holds) is not a checkpoint of fedbench's, and a 1 MB one inflated to 1.6 GB before any check (16 GB from 16 MB)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            entries = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # not a zip: torch.load's own error says so
+    for entry in entries:
+        if entry.compress_type != zipfile.ZIP_STORED or entry.file_size != entry.compress_size:
+            raise ConfigError(f"{path} is not a checkpoint as torch.save writes one (its entry {entry.filename!r} is "
+                              f"compressed: {entry.compress_size:,} bytes declaring {entry.file_size:,}); delete it to "
+                              "start the run again")
 
 
 NUMBER = (int, float)

@@ -38,3 +38,22 @@ def test_a_checkpoint_of_another_shape_is_refused_before_training(tmp_path, chan
     assert info.value.exit_code == 2
     [run] = runs(tmp_path / "m.db")[1]
     assert run.info.status == "FINISHED" and "failure_reason" not in run.data.tags
+
+
+def test_a_checkpoint_with_compressed_entries_is_refused_before_it_is_inflated(tmp_path, monkeypatch):
+    """torch.save stores its entries as they are: one rewritten with deflated entries (a 1 MB file declaring
+    1 GB of tensors) was inflated by torch.load before any check. Nothing is unpacked: torch.load is not called."""
+    import zipfile
+
+    from fedbench.engine import checkpoint
+
+    run_job_in(tmp_path, *SMALL, "rounds=2")
+    ckpt = tmp_path / "run" / "checkpoint.pt"
+    with zipfile.ZipFile(ckpt) as archive:
+        entries = {info.filename: archive.read(info.filename) for info in archive.infolist()}
+    with zipfile.ZipFile(ckpt, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    monkeypatch.setattr(checkpoint.torch, "load", lambda *a, **k: pytest.fail("torch.load unpacked it"))
+    with pytest.raises(ConfigError, match="is not a checkpoint as torch.save writes one \\(its entry .* is compressed"):
+        checkpoint.read_payload(ckpt)
