@@ -178,6 +178,9 @@ CASES: list[tuple[str, str]] = [
     ("-m seed=0,1 hydra.sweep.dir=outputs/${hydra.job.num}", "hydra.sweep.dir cannot use ${hydra.job.num}: the "
                                                               "sweep's folder is made before its jobs"),
     ("hydra.job.name=a/b", "hydra.job.name='a/b' must be a file name"),
+    ("partition=pfl_noniid partition.least_samples=100000", "pfl_noniid: partition.least_samples=100000 is not below the"),
+    ("dataset=synthetic partition=natural num_clients=30 dataset.alpha=-1", "dataset.alpha must be a finite number >= 0"),
+    ("dataset=synthetic partition=natural num_clients=30 dataset.beta=-0.5", "dataset.beta must be a finite number >= 0"),
     ("--resolve", "--resolve goes with --cfg or --help"),
     ("-m eta_l=range(0.1,0.2,0)", "eta_l=range(0.1,0.2,0): a range's step must not be 0"),
     # each job of a sweep in a folder of its own inside the sweep's (an interrupted run's checkpoint was overwritten)

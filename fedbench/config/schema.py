@@ -128,4 +128,6 @@ GROUPS: dict[str, tuple[int, tuple[str, ...]]] = {
 PARAMETER_SPECS: dict[str, Spec] = {
     "partition.alpha": Spec(gt=0, hint="large alpha approaches an IID split; partition=iid is the limit"),
     "partition.seed": Spec(ge=0, hint="the split's own seed, fixed by default so that runs of different seeds share it"),
+    "dataset.alpha": Spec(ge=0, hint="a variance of Synthetic(alpha, beta): how much the users' models differ"),
+    "dataset.beta": Spec(ge=0, hint="a variance of Synthetic(alpha, beta): how much the users' data differ"),
 }

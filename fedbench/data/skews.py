@@ -169,6 +169,9 @@ def pfl_separate(
         idx = np.flatnonzero(labels == label)
         n_sel = rs.randint(1, len(clients))
         num_per = len(idx) / n_sel
+        check(int(max(num_per / 10, least_samples)) < int(num_per),  # randint(low, high) of their integer parts
+              f"pfl_noniid: partition.least_samples={least_samples:g} is not below the {num_per:.0f} samples of label "
+              f"{label} that each of its {n_sel} clients shares: use a smaller least_samples")
         sizes = rs.randint(max(num_per / 10, least_samples), num_per, n_sel - 1).tolist()
         sizes.append(len(idx) - sum(sizes))
         chosen = list(rs.choice(clients, n_sel, replace=False))
