@@ -190,7 +190,8 @@ def record_tags(overrides: list[str], fedbench_conf: str | None = None, config_d
     from fedbench.engine.checkpoint import RECORD_DIGEST
     from fedbench.runs.recorded import digest
 
-    return {"overrides": " ".join(overrides)[:5000], RECORD_DIGEST: digest(list(overrides), fedbench_conf, list(config_dirs))}
+    recorded = digest(list(overrides), fedbench_conf, list(config_dirs))
+    return {"overrides": " ".join(overrides)[:5000], **({RECORD_DIGEST: recorded} if recorded is not None else {})}
 
 
 def history_frame(history: list[dict[str, float]]) -> pd.DataFrame:

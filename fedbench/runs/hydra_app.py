@@ -74,7 +74,8 @@ def current_job(cfg) -> HydraJob:
                 (job.out / marker).unlink(missing_ok=True)
     conf, dirs = record_config_dirs(job.out, hc)
     overrides = OmegaConf.to_container(hc.overrides.task, resolve=False)
-    job.tags[RECORD_DIGEST] = digest(overrides, conf, dirs)  # into each checkpoint: what resume may compose
+    if (recorded := digest(overrides, conf, dirs)) is not None:  # into each checkpoint: what resume may compose
+        job.tags[RECORD_DIGEST] = recorded
     return job
 
 

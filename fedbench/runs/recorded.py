@@ -37,20 +37,28 @@ def key_path() -> Path:
     return Path(config) / "fedbench" / "record.key"
 
 
-def record_key() -> bytes:
+def record_key() -> bytes | None:
     """This user's key of the records' digests: 32 random bytes in a file of theirs that only they can read,
-    made on first use (written aside and linked into place: processes that start together read one key)."""
+    made on first use (written aside and linked into place: processes that start together read one key).
+    None where none can be made (a home that cannot be written: a system user's /nonexistent, a read-only
+    container): runs then record no digest, and a resume composes their record only without Hydra settings or
+    code, as an earlier version's."""
     path = key_path()
     if not os.path.lexists(path):
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        aside = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            aside = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except OSError:
+            return None
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(secrets.token_bytes(32))
             os.link(aside, path)
         except FileExistsError:  # another process made it first: its key is the key
             pass
+        except OSError:
+            return None
         finally:
             aside.unlink(missing_ok=True)
     try:
@@ -72,9 +80,13 @@ def _record_text(overrides: list[str], fedbench_conf: str | None, config_dirs: l
     return json.dumps({"overrides": kept, "fedbench_conf": fedbench_conf, "config_dirs": list(config_dirs)}).encode()
 
 
-def digest(overrides: list[str], fedbench_conf: str | None, config_dirs: list[str]) -> str:
-    """The keyed digest of what composes the run: its overrides (without the placement) and config folders."""
-    return hmac.new(record_key(), _record_text(overrides, fedbench_conf, config_dirs), hashlib.sha256).hexdigest()
+def digest(overrides: list[str], fedbench_conf: str | None, config_dirs: list[str]) -> str | None:
+    """The keyed digest of what composes the run: its overrides (without the placement) and config folders;
+    None without a key (record_key)."""
+    key = record_key()
+    if key is None:
+        return None
+    return hmac.new(key, _record_text(overrides, fedbench_conf, config_dirs), hashlib.sha256).hexdigest()
 
 
 def unkeyed_digest(overrides: list[str], fedbench_conf: str | None, config_dirs: list[str]) -> str:
@@ -119,7 +131,7 @@ def verify(run_dir: Path, checkpoint: Path, overrides: list[str], fedbench_conf:
     if trust:
         return
     saved = read_payload(checkpoint).get(RECORD_DIGEST)
-    if saved == digest(overrides, fedbench_conf, config_dirs):
+    if saved is not None and saved == digest(overrides, fedbench_conf, config_dirs):
         return
     if saved is None or saved == unkeyed_digest(overrides, fedbench_conf, config_dirs):
         code = [o for o in overrides if key_of(o) not in PLACEMENT

@@ -154,3 +154,29 @@ def test_resuming_a_folder_without_a_checkpoint_says_why_it_has_none(tmp_path, e
     with pytest.raises(ConfigError) as info:
         resume(tmp_path)
     assert str(info.value) == f"{tmp_path} has no checkpoint.pt ({why}); start the run again"
+
+
+def test_without_a_home_to_keep_a_key_runs_record_no_digest_and_resume_takes_only_plain_records(tmp_path, monkeypatch):
+    """A system user's home (/nonexistent) or a read-only one: no key can be made, so runs record no digest (they
+    ran with a traceback at every start), and a resume composes such a record only without Hydra settings or
+    code, as an earlier version's."""
+    from fedbench.core.errors import ConfigError
+    from fedbench.runs import recorded as rec
+
+    monkeypatch.delenv(rec.KEY_ENV, raising=False)
+    home = tmp_path / "home"
+    home.mkdir(mode=0o500)  # read-only
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    if rec.record_key() is not None:  # root writes anywhere: a path under a file stands for a home it cannot write
+        (tmp_path / "file").write_text("")
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "file" / ".config"))
+    assert rec.record_key() is None and rec.digest(["a=1"], None, []) is None
+    from fedbench.runs.api import record_tags
+
+    assert "recorded_digest" not in record_tags(["a=1"])
+    run_dir = tmp_path / "run"
+    payload = {"round": 1}
+    torch.save(payload, tmp_path / "checkpoint.pt")
+    rec.verify(run_dir, tmp_path / "checkpoint.pt", ["rounds=2"], None, [])
+    with pytest.raises(ConfigError, match="predates the keyed record"):
+        rec.verify(run_dir, tmp_path / "checkpoint.pt", ["rounds=2", "+hydra.callbacks.x._target_=torch.load"], None, [])
