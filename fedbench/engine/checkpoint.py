@@ -173,8 +173,7 @@ def check_payload(path: Path, payload: dict, state: RunState) -> None:
             refuse(f"{key} is a {type(payload[key]).__name__}")
     if payload["round"] < 0:
         refuse(f"round {payload['round']}")
-    _check_tensors(refuse, "server", payload["server"], {k: tuple(v.shape) for k, v in state.server.items()},
-                   {k: v.dtype for k, v in state.server.items()})
+    _check_tensors(refuse, "server", payload["server"], state.server)
     if set(payload["tables"]) != set(state.tables):
         refuse(f"client tables {sorted(payload['tables'])}, expected {sorted(state.tables)}")
     for name, table in state.tables.items():
@@ -194,14 +193,16 @@ def check_payload(path: Path, payload: dict, state: RunState) -> None:
         refuse("history is not a list of rounds")
 
 
-def _check_tensors(refuse, where: str, saved: dict, expected: dict[str, tuple], dtypes: dict) -> None:
-    if set(saved) != set(expected):
-        refuse(f"{where} state {sorted(saved)}, expected {sorted(expected)}")
-    for key, shape in expected.items():
+def _check_tensors(refuse, where: str, saved: dict, built: dict[str, torch.Tensor]) -> None:
+    """`saved` against the tensors this run built: the same keys, shapes and dtypes, dense."""
+    if set(saved) != set(built):
+        refuse(f"{where} state {sorted(saved)}, expected {sorted(built)}")
+    for key, tensor in built.items():
+        shape = tuple(tensor.shape)
         if not isinstance(saved[key], torch.Tensor) or not _fits(tuple(saved[key].shape), shape):
             refuse(f"{where} state {key} of shape {_shape(saved[key])}, this run's is {list(shape)}")
-        if not _plain(saved[key], dtypes[key]):
-            refuse(f"{where} state {key} is {_kind(saved[key])}, this run's is a dense {dtypes[key]} tensor")
+        if not _plain(saved[key], tensor.dtype):
+            refuse(f"{where} state {key} is {_kind(saved[key])}, this run's is a dense {tensor.dtype} tensor")
 
 
 def _plain(t: torch.Tensor, dtype) -> bool:

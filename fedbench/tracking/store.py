@@ -211,7 +211,7 @@ def check_mlflow_sqlite(db: Path, wait: float) -> None:
         try:
             con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=0.5)
             try:
-                tables = {name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                tables = sqlite_tables(con)
                 code = store_code(con)
             finally:
                 con.close()
@@ -226,6 +226,10 @@ def check_mlflow_sqlite(db: Path, wait: float) -> None:
                           "table); a reader never writes one: give the mlflow.db that fedbench run wrote")
     if code:  # sqlite_file's check, made again once the store is not held locked
         raise code_in_store(db, code)
+
+
+def sqlite_tables(con) -> set[str]:
+    return {name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
 def store_code(con) -> str:
@@ -392,7 +396,7 @@ def check_store_link(db: Path) -> None:
         try:
             con = sqlite3.connect(f"{target.as_uri()}?mode=ro", uri=True, timeout=0.5)
             try:
-                tables = {name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                tables = sqlite_tables(con)
             finally:
                 con.close()
         except sqlite3.DatabaseError as exc:
