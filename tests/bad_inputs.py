@@ -98,6 +98,8 @@ CASES: list[tuple[str, str]] = [
     ("stop_at_targets=true eval_every=0", "stop_at_targets=true needs targets to reach and a test evaluation"),
     # models that do not fit the data, data that is not there
     ("model=cnn dataset=synthetic partition=natural num_clients=30", "model 'cnn' does not fit data set 'synthetic'"),
+    ("model=matrix dataset=digits", "model 'matrix' does not fit data set 'digits': it gives outputs of shape [1] per "
+                                    "sample, where its 10 classes need [10]; models that fit it: cnn, composite/cnn,"),
     ("dataset=mnist data.root=/nonexistent/fedbench-data", "mnist not found: place train-images-idx3-ubyte[.gz]"),
     ("dataset=fmnist data.root=/nonexistent/fedbench-data hydra.run.dir=/etc/hostname/run",
      "cannot create the output folder /etc/hostname/run: /etc/hostname is a file"),
