@@ -122,7 +122,7 @@ CASES: list[tuple[str, str]] = [
                                            "file>), http(s)://<server>, postgresql|mysql|mssql[+driver]://<database>, "
                                            "databricks or file:<folder> or null, got 'ftp://alice:***@host/m'"),
     ("algorithm=fedprox algorithm.mu=abc", "algorithm.mu must be a number, got 'abc'"),
-    ("model=mlp_2nn model.hidden=1.5", "model.hidden must be an integer, got 1.5"),
+    ("model=mlp_2nn model.hidden=1.5", "model.hidden must be an integer >= 1 (a layer's width), got 1.5"),
     ("engine.exector=vmap", "Unknown key engine.exector. Valid: client_chunk, client_state_device, device, dtype, "
                             "executor, threads. Did you mean 'executor'?"),
     ("+tracking.objectiv=final_loss", "Unknown key tracking.objectiv. Valid: artifacts"),
@@ -205,6 +205,27 @@ CASES: list[tuple[str, str]] = [
      "algorithm.hetero_epochs=true draws E_i from {1..local_epochs}, but local_epochs=null"),
     ("algorithm=fedadmm algorithm.chained=true algorithm.local_init=local",
      "algorithm.chained=true starts each client from the previous client's result"),
+    # generators' parameters, sizes and rates that were accepted silently or ended in a library's traceback
+    ("dataset=make_classification dataset.n_informative=0", "dataset.n_informative must be an integer >= 1, got 0"),
+    ("dataset=make_classification dataset.flip_y=1.5", "dataset.flip_y must be a finite number in [0, 1] (the share "
+                                                       "of labels drawn at random), got 1.5"),
+    ("dataset=make_classification dataset.class_sep=-1", "dataset.class_sep must be a finite number > 0"),
+    ("dataset=make_classification dataset.n_informative=100", "dataset.n_informative=100 + dataset.n_redundant=5 is "
+                                                              "more than dataset.n_features=40"),
+    ("dataset=make_classification dataset.n_informative=2", "dataset.n_classes=10 x dataset.n_clusters_per_class=2 "
+                                                            "clusters are more than the 2**2 = 4 corners"),
+    ("dataset=make_classification dataset.n_classes=1", "dataset.n_classes must be an integer >= 2 (a task of one "
+                                                        "class has nothing to learn), got 1"),
+    ("dataset=synthetic partition=natural num_clients=30 +dataset.num_classes=1",
+     "dataset.num_classes must be an integer >= 2"),
+    ("dataset=lstsq partition=natural num_clients=8 clients_per_round=4 model=linear dataset.size_growth=0",
+     "dataset.size_growth must be a finite number > 0 (client k holds samples_per_user * size_growth**k samples), got 0"),
+    ("dataset=lstsq partition=natural num_clients=8 clients_per_round=4 model=linear dataset.size_growth=100",
+     "dataset.size_growth=100: the 8 users hold 2.02e+15 samples"),
+    ("eta_l=1e-320", "eta_l=1e-320 is below float32's smallest normal number (1.175e-38), the run's engine.dtype"),
+    ("engine.dtype=float64 eta_l=1e-320", "eta_l=1e-320 is below float64's smallest normal number (2.225e-308)"),
+    ("partition.min_size=-5", "partition.min_size must be an integer >= 0 (the fewest samples a client may hold), got -5"),
+    ("model=mlp_2nn model.hidden=0", "model.hidden must be an integer >= 1 (a layer's width), got 0"),
 ]
 
 
