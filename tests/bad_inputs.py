@@ -98,6 +98,8 @@ CASES: list[tuple[str, str]] = [
     ("stop_at_targets=true eval_every=0", "stop_at_targets=true needs targets to reach and a test evaluation"),
     # models that do not fit the data, data that is not there
     ("model=cnn dataset=synthetic partition=natural num_clients=30", "model 'cnn' does not fit data set 'synthetic'"),
+    ("model=matrix dataset=digits", "model 'matrix' does not fit data set 'digits': it gives outputs of shape [1] per "
+                                    "sample, where its 10 classes need [10]; models that fit it: cnn, composite/cnn,"),
     ("dataset=mnist data.root=/nonexistent/fedbench-data", "mnist not found: place train-images-idx3-ubyte[.gz]"),
     ("dataset=fmnist data.root=/nonexistent/fedbench-data hydra.run.dir=/etc/hostname/run",
      "cannot create the output folder /etc/hostname/run: /etc/hostname is a file"),
@@ -120,7 +122,7 @@ CASES: list[tuple[str, str]] = [
                                            "file>), http(s)://<server>, postgresql|mysql|mssql[+driver]://<database>, "
                                            "databricks or file:<folder> or null, got 'ftp://alice:***@host/m'"),
     ("algorithm=fedprox algorithm.mu=abc", "algorithm.mu must be a number, got 'abc'"),
-    ("model=mlp_2nn model.hidden=1.5", "model.hidden must be an integer, got 1.5"),
+    ("model=mlp_2nn model.hidden=1.5", "model.hidden must be an integer >= 1 (a layer's width), got 1.5"),
     ("engine.exector=vmap", "Unknown key engine.exector. Valid: client_chunk, client_state_device, device, dtype, "
                             "executor, threads. Did you mean 'executor'?"),
     ("+tracking.objectiv=final_loss", "Unknown key tracking.objectiv. Valid: artifacts"),
@@ -203,6 +205,33 @@ CASES: list[tuple[str, str]] = [
      "algorithm.hetero_epochs=true draws E_i from {1..local_epochs}, but local_epochs=null"),
     ("algorithm=fedadmm algorithm.chained=true algorithm.local_init=local",
      "algorithm.chained=true starts each client from the previous client's result"),
+    # generators' parameters, sizes and rates that were accepted silently or ended in a library's traceback
+    ("dataset=make_classification dataset.n_informative=0", "dataset.n_informative must be an integer >= 1, got 0"),
+    ("dataset=make_classification dataset.flip_y=1.5", "dataset.flip_y must be a finite number in [0, 1] (the share "
+                                                       "of labels drawn at random), got 1.5"),
+    ("dataset=make_classification dataset.class_sep=-1", "dataset.class_sep must be a finite number > 0"),
+    ("dataset=make_classification dataset.n_informative=100", "dataset.n_informative=100 + dataset.n_redundant=5 is "
+                                                              "more than dataset.n_features=40"),
+    ("dataset=make_classification dataset.n_informative=2", "dataset.n_classes=10 x dataset.n_clusters_per_class=2 "
+                                                            "clusters are more than the 2**2 = 4 corners"),
+    ("dataset=make_classification dataset.n_classes=1", "dataset.n_classes must be an integer >= 2 (a task of one "
+                                                        "class has nothing to learn), got 1"),
+    ("dataset=synthetic partition=natural num_clients=30 +dataset.num_classes=1",
+     "dataset.num_classes must be an integer >= 2"),
+    ("dataset=lstsq partition=natural num_clients=8 clients_per_round=4 model=linear dataset.size_growth=0",
+     "dataset.size_growth must be a finite number > 0 (client k holds samples_per_user * size_growth**k samples), got 0"),
+    ("dataset=lstsq partition=natural num_clients=8 clients_per_round=4 model=linear dataset.size_growth=100",
+     "dataset.size_growth=100: the 8 users hold 2.02e+15 samples"),
+    ("eta_l=1e-320", "eta_l=1e-320 is below float32's smallest normal number (1.175e-38), the run's engine.dtype"),
+    ("engine.dtype=float64 eta_l=1e-320", "eta_l=1e-320 is below float64's smallest normal number (2.225e-308)"),
+    ("partition.min_size=-5", "partition.min_size must be an integer >= 0 (the fewest samples a client may hold), got -5"),
+    ("model=mlp_2nn model.hidden=0", "model.hidden must be an integer >= 1 (a layer's width), got 0"),
+    ("hydra.output_subdir=../x", "hydra.output_subdir='../x': fedbench keeps a run's record in its folder's .hydra/ "
+                                 "(fedbench resume reads it there); use hydra.output_subdir=.hydra (the default)"),
+    # Hydra's flags, as its parser reads them (it printed its usage, eight lines)
+    ("--foo", "fedbench run: unrecognized arguments: --foo. Its flags: --cfg, --config-dir, --help, --hydra-help"),
+    ("--multirn", "Did you mean '--multirun'?"),
+    ("--cfg nope", "fedbench run: argument --cfg/-c: invalid choice: 'nope' (choose from 'job', 'hydra', 'all')"),
 ]
 
 
@@ -277,6 +306,8 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("resume {tmp}/run_checkpoint_old_layout", "checkpoint.pt does not match this run (missing history, tables)"),
     ("resume {tmp}/run_checkpoint_wrong_types", "checkpoint.pt does not match this run (round is a str)"),
     ("resume {tmp}/run_checkpoint_wrong_shapes", "checkpoint.pt does not match this run (server state x of shape [3]"),
+    ("resume {tmp}/run_checkpoint_round_beyond", "checkpoint.pt does not match this run (round 4611686018427387904, "
+                                                 "beyond the run's rounds=3)"),
     ("report --uri sqlite:///{tmp}/typo.db", "no MLflow store at <tmp>/typo.db"),
     ("report --uri {tmp}/no_such_folder", "no MLflow store at <tmp>/no_such_folder"),
     ("plot --uri sqlite:///{tmp}/typo.db --output {tmp}/p", "no MLflow store at <tmp>/typo.db"),
@@ -317,6 +348,10 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("reproduce losac/fig6 --seeds 3-1", "--seeds '3-1': expected seeds >= 0 as a range, a list or both"),
     ("reproduce losac/fig6 --seeds 0-100000000", "--seeds '0-100000000': 100,000,001 seeds; a reproduction runs at most 100,000 jobs"),
     ("reproduce composite/fig2 --scale full --seeds 0-9999", "composite/fig2: 88 arms x 10,000 seeds = 880,000 jobs; a reproduction runs at most 100,000"),
+    # Click's usage errors, one line (Typer boxed them under the command's usage)
+    ("report --format pdf", "Invalid value for '--format': 'pdf' is not one of 'markdown', 'csv', 'latex', 'html'. "
+                            "(see fedbench report --help)"),
+    ("reproduce X --jobs 0", "Invalid value for '--jobs': 0 is not in the range x>=1. (see fedbench reproduce --help)"),
     ("reproduce list --record", "--record records a reproduction's outcome: give an entry (fedbench reproduce list) or `all`"),
     # a command's output files (reports, figures, a reproduction's summary) in a shared folder: never through a link
     ("report --format html", "--output outputs/report.html is a symlink (to <tmp>/outside.txt), where fedbench writes "
@@ -533,7 +568,7 @@ RESUMED = ["num_clients=4", "clients_per_round=2", "rounds=3", "tracking.artifac
 
 def make_issue32_fixtures(tmp: Path) -> None:
     """Malformed config files, and run folders whose checkpoint is not this run's: empty, another
-    layout, other types, other shapes (each refused at load, before training)."""
+    layout, other types, other shapes, a round beyond the run's (each refused at load, before training)."""
     import shutil
 
     (tmp / "conf_dir_bad_yaml" / "algorithm").mkdir(parents=True)
@@ -541,7 +576,7 @@ def make_issue32_fixtures(tmp: Path) -> None:
     shutil.copytree(CONF, tmp / "conf_bad_yaml")
     with open(tmp / "conf_bad_yaml" / "config.yaml", "a") as f:
         f.write("rounds: [\n")
-    for kind in ("empty", "not_a_dict", "old_layout", "wrong_types", "wrong_shapes"):
+    for kind in ("empty", "not_a_dict", "old_layout", "wrong_types", "wrong_shapes", "round_beyond"):
         bad_checkpoint(tmp / f"run_checkpoint_{kind}", kind)
 
 
@@ -572,6 +607,8 @@ def bad_checkpoint(run_dir: Path, kind: str) -> Path:
         del payload["tables"], payload["history"]
     elif kind == "wrong_types":
         payload["round"] = "3"
+    elif kind == "round_beyond":  # resumed, it was a run FINISHED at once with nothing trained
+        payload["round"] = 2**62
     else:
         payload["server"] = {"x": torch.zeros(3)}
     torch.save(payload, ckpt)

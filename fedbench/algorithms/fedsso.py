@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedbench.core.types import Cohort, State
+from fedbench.core.types import Cohort, Setting, State
 from fedbench.algorithms import server_opt
 from fedbench.algorithms.base import EXTRAS, Algorithm
 from fedbench.algorithms.common import local_sgd, momentum_steps, weighted_mean
@@ -65,6 +65,10 @@ class FedSSO(Algorithm):
                 raise unknown_choice(f"algorithm.{key}", value, choices)
         check(self.history_size is None or self.backend in LIMITED_MEMORY,
               f"algorithm.history_size needs a limited-memory backend ({', '.join(LIMITED_MEMORY)}), got {self.backend!r}")
+
+    def setup(self, setting: Setting) -> None:
+        super().setup(setting)
+        self.quasi_newton.check_fits(setting.dim, setting.device)
 
     @property
     def quasi_newton(self) -> QuasiNewton:

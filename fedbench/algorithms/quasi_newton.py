@@ -27,6 +27,8 @@ BACKENDS = ("lbfgs_exact", "dense_inverse", "dense_solve", "ref_v1_dfp", "ref_v2
 LIMITED_MEMORY = ("lbfgs_exact", "ref_v2_lbfgs")
 FIRST_ROUND = ("skip", "reference_code")
 QN = torch.float64
+# d x d matrices alive at once in a dense update: the server's, and its three temporaries (outer products, sums)
+DENSE_COPIES = 4
 
 
 def two_loop(S: Tensor, Y: Tensor, rho: Tensor, g: Tensor, h0: float | Tensor = 1.0) -> Tensor:
@@ -92,6 +94,23 @@ class QuasiNewton:
             return -(lr * p), new
 
         return ServerOptimizer(init, update)
+
+    def check_fits(self, dim: int, device: torch.device) -> None:
+        """A dense backend's d x d matrix, with its update's temporaries, must fit in the memory of the device that
+        holds the server state: a conv net's d = 188,810 asks for 285 GB a matrix, which failed (or swapped) at
+        round 1."""
+        if not self.dense:
+            return
+        from fedbench.core.errors import ConfigError, size_text
+        from fedbench.runs.memory import available_bytes
+
+        need = DENSE_COPIES * dim * dim * torch.empty((), dtype=QN).element_size()
+        free = available_bytes(device)
+        if need > free:
+            raise ConfigError(f"algorithm.backend={self.backend} keeps a dense d x d float64 matrix, d = {dim:,} parameters: "
+                              f"its update holds {DENSE_COPIES} at once, {size_text(need)}, and {device.type} has "
+                              f"{size_text(free)} available; use algorithm.backend=lbfgs_exact, which keeps d-vector pairs "
+                              "in its place (the steps of dense_inverse and dense_solve), or a smaller model")
 
     def state_keys(self) -> tuple[str, ...]:
         memory = ("qn_matrix",) if self.dense else ("qn_s", "qn_y", "qn_rho")

@@ -12,13 +12,42 @@ import sys
 import threading
 from typing import Annotated, NoReturn
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from fedbench import __version__
 from fedbench.cli import attack, data, listing, plot, report, reproduce, run
-from fedbench.core.errors import FedbenchError, report_error
+from fedbench.core.errors import ConfigError, FedbenchError, report_error
+
+
+class OneLineUsage(TyperGroup):
+    """Click's usage errors (an option's bad value, an unknown option or command) as fedbench's one line: Typer
+    prints them under the command's usage, in a box of several lines. A sub-command's arguments are parsed
+    inside the root's invoke, the root's own in its make_context."""
+
+    def make_context(self, *args, **kwargs):
+        with one_line_usage():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx):
+        with one_line_usage():
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def one_line_usage():
+    try:
+        yield
+    except click.exceptions.NoArgsIsHelpError:  # `fedbench data`: the help it shows
+        raise
+    except click.UsageError as exc:
+        where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+        raise ConfigError(f"{exc.format_message()}{where}") from None
+
 
 app = typer.Typer(
+    cls=OneLineUsage,
     name="fedbench",
     help="Federated-optimization benchmark: batched-client engine, paper algorithms, MLflow record.",
     no_args_is_help=True,

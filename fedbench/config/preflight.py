@@ -122,6 +122,7 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
     if "--resolve" in argv and not {"--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i"} & set(argv):
         raise ConfigError("--resolve goes with --cfg or --help: it resolves the config they print "
                           "(fedbench run --cfg job --resolve)")
+    check_flags(argv)
     overrides = hydra_overrides(argv)
     check_plugins(overrides)
     extra = extra_config_dirs(argv)
@@ -161,12 +162,36 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
         if number == 0:
             cfg = compose([*job, *search, *placement], return_hydra_config=True, directory=conf_dir)
             check_output_dir(cfg, multirun)
+            check_output_subdir(cfg)
             if multirun:
                 check_sweep_subdir(cfg)
             check_plugin_options(cfg)
         else:
             cfg = composer(job)
         validate(cfg)
+
+
+REFUSED_FLAGS = ("--config-name", "--config-path", "--experimental-rerun", "--shell-completion")  # see preflight
+
+
+def check_flags(argv: list[str]) -> None:
+    """The command line as Hydra's parser reads it, its error (an unknown flag, --cfg nope) as one line: argparse
+    printed its usage, eight lines, and exited."""
+    from hydra._internal.utils import get_args_parser
+
+    parser = get_args_parser()
+    flags = sorted(f for action in parser._actions for f in action.option_strings
+                   if f.startswith("--") and f not in REFUSED_FLAGS)
+
+    def error(message: str):
+        if message.startswith("unrecognized arguments: "):  # argparse's other messages name the valid choices
+            best = suggest.closest(message.split()[2].lstrip("-"), [f[2:] for f in flags])  # --multirn: --multirun
+            message += (f". Its flags: {', '.join(flags)}; the rest of its command line is key=value overrides."
+                        + (f" Did you mean '--{best}'?" if best else ""))
+        raise ConfigError(f"fedbench run: {message}")
+
+    parser.error = error  # argparse reports every error through it
+    parser.parse_args(argv)
 
 
 def unknown_top_level_key(root: str, rest: list[str], keys: set[str], conf_dir: Path, search: list[str],
@@ -357,6 +382,21 @@ def check_sweep_subdir(cfg) -> None:
     if "${" not in raw:
         raise ConfigError(f"hydra.sweep.subdir={raw!r} names one folder for every job of the sweep: each would "
                           f"overwrite the record of the one before; give each job its own, {default}")
+
+
+def check_output_subdir(cfg) -> None:
+    """Hydra's record of a run (config, overrides, fedbench's record) in the run folder's .hydra/, where `fedbench resume`
+    reads it and the run folder's checks cover it: another folder (`../x`: beside the run folder, shared by every run,
+    each overwriting the record of the one before) left the run without its record."""
+    from omegaconf import OmegaConf
+
+    from fedbench.core.ownership import HYDRA_SUBDIR
+
+    value = OmegaConf.to_container(cfg.hydra, resolve=False).get("output_subdir")  # as written: it is not resolved yet
+    if value is not None and str(value) != HYDRA_SUBDIR:
+        raise ConfigError(f"hydra.output_subdir={str(value)!r}: fedbench keeps a run's record in its folder's "
+                          f"{HYDRA_SUBDIR}/ (fedbench resume reads it there); use hydra.output_subdir={HYDRA_SUBDIR} (the "
+                          "default), or null for no record")
 
 
 def _check_output_dir(cfg, folder: Path, key: str, multirun: bool) -> None:

@@ -130,4 +130,18 @@ PARAMETER_SPECS: dict[str, Spec] = {
     "partition.seed": Spec(ge=0, hint="the split's own seed, fixed by default so that runs of different seeds share it"),
     "dataset.alpha": Spec(ge=0, hint="a variance of Synthetic(alpha, beta): how much the users' models differ"),
     "dataset.beta": Spec(ge=0, hint="a variance of Synthetic(alpha, beta): how much the users' data differ"),
+    "partition.min_size": Spec(ge=0, hint="the fewest samples a client may hold"),
+    "model.hidden": Spec(ge=1, hint="a layer's width"),
+    # a task needs two classes at least: with one, every label is that class and accuracy is 1.0 at round 0
+    "dataset.num_classes": Spec(ge=2, hint="a task of one class has nothing to learn"),
+    "dataset.n_classes": Spec(ge=2, hint="a task of one class has nothing to learn"),
+    # scikit-learn's make_classification (its own ranges; a value outside ended in its traceback at the build)
+    "dataset.n_features": Spec(ge=1),
+    "dataset.n_informative": Spec(ge=1),
+    "dataset.n_redundant": Spec(ge=0),
+    "dataset.n_clusters_per_class": Spec(ge=1),
+    "dataset.class_sep": Spec(gt=0, hint="a factor on the hypercube the clusters sit on: larger spreads the classes apart"),
+    "dataset.flip_y": Spec(ge=0, le=1, hint="the share of labels drawn at random"),
+    # lstsq (<= 0 left each client one sample, silently; its upper bound is the memory: data.problems)
+    "dataset.size_growth": Spec(gt=0, hint="client k holds samples_per_user * size_growth**k samples"),
 }

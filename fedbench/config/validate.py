@@ -150,18 +150,22 @@ def check_device_present(key: str, device: str) -> None:
 def check_representable(values: dict[str, Any]) -> None:
     """A float32 run multiplies its tensors by its rates and the algorithm's coefficients as float32: a number
     beyond float32's range (eta_l=1e300) cannot be converted there, and would fail the run, and in a grid the
-    lanes trained beside it, with a bare RuntimeError."""
-    if values["engine"]["dtype"] != "float32":
-        return
+    lanes trained beside it, with a bare RuntimeError. A non-zero number below the dtype's smallest normal one
+    (eta_l=1e-320, subnormal even in float64) computes as a subnormal or 0: a run that moves nothing, slowly."""
     import torch
 
-    largest = torch.finfo(torch.float32).max
+    dtype = values["engine"]["dtype"]
+    info = torch.finfo(getattr(torch, dtype))
     numbers = [(k, v) for k, v in values.items() if isinstance(v, float)]
     numbers += [(f"algorithm.{k}", v) for k, v in values["algorithm"].items() if isinstance(v, float)]
     for key, value in numbers:
-        check(not math.isfinite(value) or abs(value) <= largest,
-              f"{key}={value:g} is beyond float32's range (largest {largest:.4g}), the run's engine.dtype; use a "
+        check(not math.isfinite(value) or abs(value) <= info.max,
+              f"{key}={value:g} is beyond {dtype}'s range (largest {info.max:.4g}), the run's engine.dtype; use a "
               "smaller value, or engine.dtype=float64")
+        wider = dtype == "float32" and abs(value) >= torch.finfo(torch.float64).tiny
+        check(not math.isfinite(value) or value == 0 or abs(value) >= info.tiny,
+              f"{key}={value!r} is below {dtype}'s smallest normal number ({info.tiny:.4g}), the run's engine.dtype: "
+              f"it computes as a subnormal or 0; use a larger value{', or engine.dtype=float64' if wider else ''}")
 
 
 def checked_algorithm(cfg: DictConfig) -> Algorithm:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -266,6 +267,13 @@ def make_classification(
     from sklearn.datasets import make_classification as generate
 
     check(0 < n_test < n_samples, f"dataset.n_test must be in (0, n_samples={n_samples}), got {n_test}")
+    # make_classification's own checks across its parameters (its ValueError was a traceback at the build)
+    check(n_informative + n_redundant <= n_features, f"dataset.n_informative={n_informative} + dataset.n_redundant="
+          f"{n_redundant} is more than dataset.n_features={n_features}, the features they are among")
+    check(math.log2(n_classes * n_clusters_per_class) <= n_informative,  # then 2**n_informative is small
+          f"dataset.n_classes={n_classes} x dataset.n_clusters_per_class={n_clusters_per_class} clusters are more than the "
+          f"2**{n_informative} = {2**n_informative} corners of the hypercube of dataset.n_informative={n_informative} "
+          "features they sit at; raise n_informative, or lower n_classes or n_clusters_per_class")
     x, y = generate(n_samples=n_samples, n_features=n_features, n_informative=n_informative, n_redundant=n_redundant,
                     n_classes=n_classes, n_clusters_per_class=n_clusters_per_class, class_sep=class_sep, flip_y=flip_y,
                     random_state=seed)

@@ -99,13 +99,13 @@ def _write_atomically(path: Path, payload: dict) -> None:
         raise
 
 
-def load_checkpoint(path: Path, state: RunState, device: torch.device) -> dict:
+def load_checkpoint(path: Path, state: RunState, device: torch.device, rounds: int | None = None) -> dict:
     """Fill `state` from the checkpoint at `path`; returns the payload's metadata. A file that is not
-    a checkpoint of this run (empty, truncated, another layout, other shapes) is refused in one line
-    before anything is changed, so that no run starts training from it."""
+    a checkpoint of this run (empty, truncated, another layout, other shapes, a round beyond the run's
+    `rounds`) is refused in one line before anything is changed, so that no run starts training from it."""
     remove_orphans(path.parent)
     payload = read_payload(path)
-    check_payload(path, payload, state)
+    check_payload(path, payload, state, rounds)
     state.round = int(payload["round"])
     state.server = {k: v.to(device) for k, v in payload["server"].items()}
     for name, table in state.tables.items():
@@ -157,9 +157,9 @@ FIELDS = {"round": int, "server": dict, "tables": dict, "history": list, "floats
           "wall_time": NUMBER, "run_id": str, "config_hash": str}
 
 
-def check_payload(path: Path, payload: dict, state: RunState) -> None:
-    """The checkpoint's fields, their types, and every tensor's shape against the state this run
-    built (its model, algorithm and client tables)."""
+def check_payload(path: Path, payload: dict, state: RunState, rounds: int | None = None) -> None:
+    """The checkpoint's fields, their types, its round within the run's `rounds`, and every tensor's shape
+    against the state this run built (its model, algorithm and client tables)."""
 
     def refuse(what: str):
         raise ConfigError(f"{path} does not match this run ({what}): it was written by another version or run; "
@@ -173,6 +173,8 @@ def check_payload(path: Path, payload: dict, state: RunState) -> None:
             refuse(f"{key} is a {type(payload[key]).__name__}")
     if payload["round"] < 0:
         refuse(f"round {payload['round']}")
+    if rounds is not None and payload["round"] > rounds:  # round 2**62 resumed as a run FINISHED with nothing trained
+        refuse(f"round {payload['round']}, beyond the run's rounds={rounds}")
     _check_tensors(refuse, "server", payload["server"], state.server)
     if set(payload["tables"]) != set(state.tables):
         refuse(f"client tables {sorted(payload['tables'])}, expected {sorted(state.tables)}")

@@ -179,7 +179,7 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
             try:
                 flat = build_model(cfg.model.name, dataset.input_shape, dataset.num_classes, **params_of(cfg.model))
             except (ValueError, RuntimeError) as exc:
-                raise ConfigError(f"model {cfg.model.name!r} does not fit data set {cfg.dataset.name!r}: {exc}") from None
+                raise misfit(cfg, dataset, str(exc)) from None
         flat.module.to(device=device, dtype=dtype)
         return flat
 
@@ -187,9 +187,12 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
     dataset = dataset.cast(dtype)
     x0 = flat.initial_vector().to(device)
     try:  # a shape mismatch between model and data shows on one sample
-        flat.forward_flat(x0, dataset.x_test[:1].to(device))
+        out = flat.forward_flat(x0, dataset.x_test[:1].to(device))
     except RuntimeError as exc:
-        raise ConfigError(f"model {cfg.model.name!r} does not fit data set {cfg.dataset.name!r}: {exc}") from None
+        raise misfit(cfg, dataset, str(exc)) from None
+    if tuple(out.shape[1:]) != (dataset.num_classes,):  # the loss would fail (or broadcast) inside the first round
+        raise misfit(cfg, dataset, f"it gives outputs of shape {list(out.shape[1:])} per sample, where its "
+                                  f"{output_need(dataset)}")
     dataset = dataset.to(device)
     executor, loop_below = cfg.engine.executor, 0
     if executor == "auto":
@@ -259,6 +262,42 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
         out.append((fed, info))
     raise_received()  # a signal during the imports above (torch's) ends the job here, before its record starts
     return out
+
+
+def output_need(dataset) -> str:
+    """What the data set's task needs of a model's output, in words."""
+    if dataset.task == "classification":
+        return f"{dataset.num_classes} classes need [{dataset.num_classes}]"
+    return f"{dataset.task} task needs [1]"
+
+
+def misfit(cfg: DictConfig, dataset, why: str) -> ConfigError:
+    """A model that does not fit the data set, with the model choices that do."""
+    fit = models_that_fit(dataset.input_shape, dataset.num_classes)
+    return ConfigError(f"model {cfg.model.name!r} does not fit data set {cfg.dataset.name!r}: {why}; models that fit "
+                       f"it: {', '.join(fit) or '(none)'}")
+
+
+def models_that_fit(input_shape: tuple[int, ...], num_classes: int) -> list[str]:
+    """The model choices (conf/model, as the files set them) that take these inputs and give `num_classes` outputs,
+    tried on the meta device: no memory, no compute."""
+    from fedbench.config.compose import conf_dir
+    from fedbench.config.preflight import group_choices
+    from fedbench.core.user_yaml import load_yaml
+    from fedbench.models import build_model
+
+    fit = []
+    for choice in group_choices(conf_dir(), "model"):
+        try:
+            params = load_yaml((conf_dir() / "model" / f"{choice}.yaml").read_text())
+            name = params.pop("name")
+            with torch.device("meta"):
+                out = build_model(name, input_shape, num_classes, **params).module(torch.empty(1, *input_shape))
+        except Exception:  # noqa: BLE001 - a model that cannot take these inputs (any error of its own) does not fit
+            continue
+        if tuple(out.shape[1:]) == (num_classes,):
+            fit.append(choice)
+    return fit
 
 
 def check_binary_classes(positive: list, num_classes: int, name: str) -> None:

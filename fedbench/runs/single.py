@@ -199,7 +199,7 @@ class Job:
             refuse_overwrite(run_dir)
         resumed_run_id = None
         if cfg.get("resume") and self.checkpoint.exists():
-            meta = load_checkpoint(self.checkpoint, self.state, fed.device)
+            meta = load_checkpoint(self.checkpoint, self.state, fed.device, fed.rounds)
             self.saved_round = self.state.round
             if meta["config_hash"] != digest:
                 raise ConfigError(f"{self.checkpoint} was written by a different config; refusing to resume")

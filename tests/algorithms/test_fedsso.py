@@ -155,6 +155,20 @@ def test_bad_values_are_config_errors(override):
         build_federation(make_cfg("algorithm=fedsso", *override.split()))
 
 
+def test_a_dense_matrix_beyond_the_memory_available_is_refused_at_the_build(monkeypatch):
+    """cnn on digits has d = 188,810: a dense d x d float64 matrix is 285 GB (four in an update), allocated at round 1
+    before this check; lbfgs_exact keeps d-vector pairs and is built."""
+    import fedbench.runs.memory as memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 10**10)
+    with pytest.raises(ConfigError, match=r"^algorithm.backend=dense_inverse keeps a dense d x d float64 matrix, d = "
+                                          r"188,810 parameters: its update holds 4 at once, 1.1 TB, and cpu has 10.0 GB "
+                                          r"available; use algorithm.backend=lbfgs_exact, which keeps d-vector pairs"):
+        build_federation(make_cfg("algorithm=fedsso", "algorithm.backend=dense_inverse", "model=cnn"))
+    build_federation(make_cfg("algorithm=fedsso", "model=cnn"))
+    build_federation(make_cfg("algorithm=fedsso", "algorithm.backend=dense_inverse"))  # mclr: d = 650, 13.5 MB
+
+
 def test_reference_v1_first_step_is_null_from_a_zero_model():
     """Spec §2.4: the v1 code's x_0 = g_0 = 0 with a zero-initialised MCLR gives s = 0 and
     D_1 = I - g g^T / |g|^2, so the first step is exactly zero."""

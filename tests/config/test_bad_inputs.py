@@ -67,3 +67,13 @@ def test_command_line_exits_2_with_one_error_line(tmp_path, line):
     assert error_lines(out.stderr) == [f"error: {message(line)}"] and "Traceback" not in out.stderr
     assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
     assert not db.exists() or runs(db)[1] == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["report", "--format", "pdf"], ["reproduce", "X", "--jobs", "0"], ["run", "--foo"],
+                                  ["run", "--cfg", "nope"]])
+def test_a_usage_error_is_one_line(tmp_path, args):
+    """Click's and Hydra's parsers printed the command's usage and a box (or usage lines) around their error."""
+    out = fedbench(*args, cwd=tmp_path)
+    assert out.returncode == 2 and len(error_lines(out.stderr)) == 1, out.stderr
+    assert out.stderr.strip() == error_lines(out.stderr)[0] and args[-1] in out.stderr
