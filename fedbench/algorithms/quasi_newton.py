@@ -102,7 +102,7 @@ class QuasiNewton:
         if not self.dense:
             return
         from fedbench.core.errors import ConfigError, size_text
-        from fedbench.runs.memory import available_bytes
+        from fedbench.core.memory import available_bytes
 
         need = DENSE_COPIES * dim * dim * torch.empty((), dtype=QN).element_size()
         free = available_bytes(device)

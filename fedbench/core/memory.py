@@ -1,4 +1,5 @@
-"""The host's memory available to a run, for the checks that refuse what cannot fit before allocating it."""
+"""The memory available to a run, on the host or a device, for the checks that refuse what cannot fit before
+allocating it (the build, the batched launcher, the algorithms' own state)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,15 @@ def available_memory() -> int:
     login nodes set), and what its cgroup's limit leaves (a container's, a SLURM or systemd job's). MemAvailable
     alone is the whole host's: a check that passed on it ended in a MemoryError traceback under a 4 GB `ulimit -v`."""
     return min(_host_available(), _address_space_left(), _cgroup_left())
+
+
+def available_bytes(device) -> int:
+    """Memory free on `device` (a torch.device): CUDA's free memory, or what available_memory() leaves."""
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.mem_get_info(device)[0]
+    return available_memory()
 
 
 def _host_available() -> int:

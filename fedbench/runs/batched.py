@@ -24,7 +24,7 @@ from fedbench.engine.loop import run_lanes
 from fedbench.runs.build import build_lanes
 from fedbench.runs.checkpoint_space import check_checkpoint_space, table_floats
 from fedbench.runs.interrupts import GracefulInterrupt
-from fedbench.runs.memory import available_bytes
+from fedbench.core.memory import available_bytes
 from fedbench.runs.single import Job
 from fedbench.tracking.store import quiet_libraries
 

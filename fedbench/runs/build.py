@@ -111,7 +111,7 @@ def check_setup_fits(cfg: DictConfig) -> None:
     need, what = setup_bytes(cfg)
     if not need:
         return
-    from fedbench.runs.memory import available_bytes
+    from fedbench.core.memory import available_bytes
 
     free = available_bytes(torch.device("cpu"))
     if need > free:
@@ -210,7 +210,7 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
     # the chunk rule sees every lane's cohort: on an accelerator all of them train at once
     client_bytes = free_bytes = 0
     if device.type == "cuda" and not int(cfg.engine.client_chunk) and executor != "loop" and population is None:
-        from fedbench.runs.memory import available_bytes
+        from fedbench.core.memory import available_bytes
 
         largest = int(clients.size.max())
         width = min(int(cfg.batch_size) or largest, largest)  # batch_size=0: full batch

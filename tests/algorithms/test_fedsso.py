@@ -158,7 +158,7 @@ def test_bad_values_are_config_errors(override):
 def test_a_dense_matrix_beyond_the_memory_available_is_refused_at_the_build(monkeypatch):
     """cnn on digits has d = 188,810: a dense d x d float64 matrix is 285 GB (four in an update), allocated at round 1
     before this check; lbfgs_exact keeps d-vector pairs and is built."""
-    import fedbench.runs.memory as memory
+    import fedbench.core.memory as memory
 
     monkeypatch.setattr(memory, "available_bytes", lambda device: 10**10)
     with pytest.raises(ConfigError, match=r"^algorithm.backend=dense_inverse keeps a dense d x d float64 matrix, d = "

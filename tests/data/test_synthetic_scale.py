@@ -158,7 +158,7 @@ def test_a_population_whose_set_up_cannot_fit_is_refused_before_it_is_made(monke
     """Issue 42 §5: dataset.num_users=10^9 allocated 9 GB of per-user sizes at set-up and died in a
     traceback; the set-up's estimate (per user, and per evaluated user) is checked against the memory
     available first."""
-    import fedbench.runs.memory as memory
+    import fedbench.core.memory as memory
     from fedbench.core.errors import ConfigError
     from fedbench.runs.build import build_federation
     from tests.conftest import make_cfg
