@@ -4,7 +4,10 @@
 # under its own time limit, so that one slow stage leaves the other its share, and every file a stage writes
 # (the reproduction's record among them) comes back in $OUT/written.tgz even when its limit stops it.
 #
-#   bash scripts/gpu_session.sh [reproduce|peers|all]     # on the device machine, from the repository root
+#   bash scripts/gpu_session.sh [reproduce|peers|profile|all]     # on the device machine, from the repository root
+#
+# profile (not part of all): scripts/profile_round.py on PROFILE_WORKLOAD (default cnn100dir, the peer row below
+# its goal), fedbench beside the loop under torch.profiler.
 #
 # The device machine has PyTorch but none of fedbench's other dependencies, and no network. Prepared here:
 #   .whl/  wheels for its Python 3.12 (hydra-core, omegaconf, antlr4, mlflow-skinny with SQLAlchemy and
@@ -42,6 +45,13 @@ if { [ "$stage" = peers ] || [ "$stage" = all ]; } && [ "$left" -ge 40 ]; then
     python3 scripts/bench_peers.py --device "${DEVICE:-cuda}" --frameworks fedbench,seq,pfl --runs 1 \
       --workloads "${PEERS_WORKLOADS:-mlp100,cnn100}" --rounds "${PEERS_ROUNDS:-10}" 2>&1 | tee "$OUT/peers.log" | tail -n 40
   echo "peers exit: ${PIPESTATUS[0]}"
+fi
+
+if [ "$stage" = profile ]; then
+  timeout --signal=TERM --kill-after=10 "$(( ${BUDGET_S:-575} - SECONDS - 15 ))" \
+    python3 scripts/profile_round.py --device "${DEVICE:-cuda}" --workload "${PROFILE_WORKLOAD:-cnn100dir}" \
+      --rounds "${PROFILE_ROUNDS:-8}" 2>&1 | tee "$OUT/profile.log" | tail -n 120
+  echo "profile exit: ${PIPESTATUS[0]}"
 fi
 
 # every file written since the start, less the run folders' checkpoints (client states: gigabytes)

@@ -351,6 +351,7 @@ COMMAND_CASES: list[tuple[str, str]] = [
     # Click's usage errors, one line (Typer boxed them under the command's usage)
     ("report --format pdf", "Invalid value for '--format': 'pdf' is not one of 'markdown', 'csv', 'latex', 'html'. "
                             "(see fedbench report --help)"),
+    ("rn", "No such command 'rn'. Did you mean 'run'? (see fedbench --help)"),  # Typer and Click both suggested it
     ("reproduce X --jobs 0", "Invalid value for '--jobs': 0 is not in the range x>=1. (see fedbench reproduce --help)"),
     ("reproduce list --record", "--record records a reproduction's outcome: give an entry (fedbench reproduce list) or `all`"),
     # a command's output files (reports, figures, a reproduction's summary) in a shared folder: never through a link

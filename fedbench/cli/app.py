@@ -26,6 +26,10 @@ class OneLineUsage(TyperGroup):
     prints them under the command's usage, in a box of several lines. A sub-command's arguments are parsed
     inside the root's invoke, the root's own in its make_context."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.suggest_commands = False  # Click's NoSuchCommand names the close match itself: Typer's said it twice
+
     def make_context(self, *args, **kwargs):
         with one_line_usage():
             return super().make_context(*args, **kwargs)
