@@ -113,14 +113,17 @@ CASES: list[tuple[str, str]] = [
     # caught by the schema's one checker (issue 17): every key has a type, and a did-you-mean when unknown
     ("tracking.artifacts=3", "tracking.artifacts must be true or false, got 3"),
     ("data.download=maybe", "data.download must be true or false, got 'maybe'"),
-    ("tracking.uri=5", "databricks or file:<folder> or null, got 5"),
+    ("tracking.uri=5", "databricks or file:<folder> (with MLFLOW_ALLOW_FILE_STORE=true) or null, got 5"),
+    ("tracking.uri=file:/tmp/mlruns", "tracking.uri='file:/tmp/mlruns' is MLflow's file store, which MLflow keeps in "
+     "maintenance mode and refuses for new runs; use a database store"),
     ("tracking.uri=mlflow.db", "tracking.uri must be an MLflow tracking URI: sqlite:///<file> (sqlite:////<absolute file>), "
                                "http(s)://<server>, postgresql|mysql|mssql[+driver]://<database>, databricks or file:<folder> "
-                               "or null, got 'mlflow.db'"),
+                               "(with MLFLOW_ALLOW_FILE_STORE=true) or null, got 'mlflow.db'"),
     ("tracking.uri=sqlite://m.db", "tracking.uri must be an MLflow tracking URI: sqlite:///<file>"),
     ("tracking.uri=ftp://alice:pw@host/m", "tracking.uri must be an MLflow tracking URI: sqlite:///<file> (sqlite:////<absolute "
                                            "file>), http(s)://<server>, postgresql|mysql|mssql[+driver]://<database>, "
-                                           "databricks or file:<folder> or null, got 'ftp://alice:***@host/m'"),
+                                           "databricks or file:<folder> (with MLFLOW_ALLOW_FILE_STORE=true) or null, got "
+                                           "'ftp://alice:***@host/m'"),
     ("algorithm=fedprox algorithm.mu=abc", "algorithm.mu must be a number, got 'abc'"),
     ("model=mlp_2nn model.hidden=1.5", "model.hidden must be an integer >= 1 (a layer's width), got 1.5"),
     ("engine.exector=vmap", "Unknown key engine.exector. Valid: client_chunk, client_state_device, device, dtype, "
@@ -337,6 +340,8 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("run hydra.run.dir={tmp}/log_hardlink", "<tmp>/log_hardlink/hydra_app.log is a file with 2 hard links"),
     ("run hydra.run.dir={tmp}/record_symlink", "<tmp>/record_symlink/.hydra/hydra.yaml is a symlink"),
     ("run hydra.run.dir={tmp}/dangling", "<tmp>/dangling is a symlink to <tmp>/nowhere, which does not exist"),
+    # root passes os.access in /proc (exit 1 at the run's start); anyone else: not writable
+    ("run hydra.run.dir=/proc/fedbench_run", "cannot create the output folder /proc/fedbench_run: /proc "),
     ("run hydra.run.dir=outputs/..", "hydra.run.dir='outputs/..' is the current folder"),
     ("resume {tmp}/record_changed", "<tmp>/record_changed/.hydra/overrides.yaml (or fedbench.yaml) is not the record "
      "this user's fedbench wrote with its checkpoint"),

@@ -421,6 +421,13 @@ def _check_output_dir(cfg, folder: Path, key: str, multirun: bool) -> None:
         raise ConfigError(f"cannot create the output folder {folder}: {existing} is a file; set {key}")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(f"cannot create the output folder {folder}: {existing} is not writable; set {key}")
+    import tempfile
+
+    try:  # root passes os.access anywhere, and /proc or /sys refuse only the folder itself: a folder made and removed
+        os.rmdir(tempfile.mkdtemp(prefix=".fedbench-probe-", dir=existing))
+    except OSError as exc:
+        raise ConfigError(f"cannot create the output folder {folder}: {existing} takes no new folder "
+                          f"({exc.strerror or exc}); set {key}") from None
     from fedbench.core.ownership import check_free
 
     check_free(folder, "sweep directory" if multirun else "run directory", resume=multirun or bool(cfg.get("resume")))

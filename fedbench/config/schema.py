@@ -72,7 +72,7 @@ class Tracking:
     uri: Optional[str] = spec("MLflow tracking URI (null = the local store)", pattern=TRACKING_URI,
                               valid="an MLflow tracking URI: sqlite:///<file> (sqlite:////<absolute file>), "
                                     "http(s)://<server>, postgresql|mysql|mssql[+driver]://<database>, "
-                                    "databricks or file:<folder>")
+                                    "databricks or file:<folder> (with MLFLOW_ALLOW_FILE_STORE=true)")
     experiment: str = spec("MLflow experiment", nonempty=True, valid="the name of an MLflow experiment",
                            max_length=256)
     run_name: Optional[str] = spec("MLflow run name", max_length=250)
