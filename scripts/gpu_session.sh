@@ -8,6 +8,9 @@
 #
 # profile (not part of all): scripts/profile_round.py on PROFILE_WORKLOAD (default cnn100dir, the peer row below
 # its goal), fedbench beside the loop under torch.profiler.
+# Done on an H200 (2026-11-28): the column's record (reproduce, 192 s) and the table's four Fashion-MNIST rows (peers).
+# Open: cnn100dir at 1.80x of the 3x asked (docs/performance.md); a next session runs `profile` (about a minute),
+# then, after a change, `PEERS_WORKLOADS=cnn100dir PEERS_ROUNDS=10 bash scripts/gpu_session.sh peers`.
 #
 # The device machine has PyTorch but none of fedbench's other dependencies, and no network. Prepared here:
 #   .whl/  wheels for its Python 3.12 (hydra-core, omegaconf, antlr4, mlflow-skinny with SQLAlchemy and
