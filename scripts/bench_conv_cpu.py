@@ -33,9 +33,7 @@ def rounds(workload: str, r: int):
     fed, info = bp.federation(bp.WORKLOADS[workload], r + 1)
     ids = bp.cohort(fed, r)
     batches = bp.client_batches(fed, r, ids)
-    module = fed.flat.module
-    torch.nn.utils.vector_to_parameters(fed.x0.clone(), module.parameters())
-    global_sd = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    module, global_sd = bp.seq_start(fed)
 
     def fedbench_round():
         state = initial_state(fed)

@@ -273,11 +273,16 @@ def run_fedbench(workload: dict, rounds: int, replay: torch.Tensor | None = None
     return out
 
 
-def run_seq(workload: dict, rounds: int, replay: torch.Tensor | None = None) -> dict:
-    fed, _ = federation(workload, rounds)
+def seq_start(fed) -> tuple[nn.Module, dict]:
+    """The research loop's module at fedbench's initial weights, and its global state dict (a copy)."""
     module = fed.flat.module
     torch.nn.utils.vector_to_parameters(fed.x0.clone(), module.parameters())
-    global_sd = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    return module, {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def run_seq(workload: dict, rounds: int, replay: torch.Tensor | None = None) -> dict:
+    fed, _ = federation(workload, rounds)
+    module, global_sd = seq_start(fed)
     clock, models = Clock(), []
     for r in range(rounds):
         clock.tick()

@@ -54,9 +54,7 @@ def profile_fedbench(workload: dict, rounds: int, warmup: int, device: str) -> t
 def profile_seq(workload: dict, rounds: int, warmup: int, device: str) -> tuple[profile, list[float]]:
     """The sequential loop's rounds (bench_peers.seq_round, the benchmark's own) warmup+1..rounds under the profiler."""
     fed, _ = peers.federation(workload, rounds)
-    module = fed.flat.module
-    torch.nn.utils.vector_to_parameters(fed.x0.clone(), module.parameters())
-    global_sd = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    module, global_sd = peers.seq_start(fed)
     prof, seconds = profiler(device), []
     for r in range(rounds):
         if r == warmup:

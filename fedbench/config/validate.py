@@ -137,16 +137,20 @@ def check_across(values: dict[str, Any]) -> None:
 def check_not_file_store(uri: str | None) -> None:
     """MLflow 3 refuses new runs in its file store (file:<folder>) unless MLFLOW_ALLOW_FILE_STORE says otherwise:
     the run failed at start with MLflow's paragraph, cut to one line before its way out."""
-    if uri is None or not uri.startswith("file:") or os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("true", "1"):
+    if uri is None or not uri.startswith("file:"):
         return
     try:
-        from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE  # noqa: F401 - the MLflows that refuse it
+        from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE  # the MLflows that refuse it, and its parsing
     except ImportError:
         return
-    check(False,
-          f"tracking.uri={uri!r} is MLflow's file store, which MLflow keeps in maintenance mode and refuses for new runs; "
-          "use a database store (tracking.uri=sqlite:///PATH/mlflow.db, or null for outputs/mlflow.db), or set "
-          "MLFLOW_ALLOW_FILE_STORE=true to use it anyway")
+    try:
+        allowed = MLFLOW_ALLOW_FILE_STORE.get()
+    except ValueError as exc:  # MLFLOW_ALLOW_FILE_STORE=yes: MLflow's own message names its values
+        raise ConfigError(str(exc)) from None
+    if not allowed:
+        raise ConfigError(f"tracking.uri={uri!r} is MLflow's file store, which MLflow keeps in maintenance mode and refuses "
+                          "for new runs; use a database store (tracking.uri=sqlite:///PATH/mlflow.db, or null for "
+                          "outputs/mlflow.db), or set MLFLOW_ALLOW_FILE_STORE=true to use it anyway")
 
 
 def check_device_present(key: str, device: str) -> None:
