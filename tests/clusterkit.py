@@ -118,6 +118,25 @@ class LocalCluster:
                 continue
         return found
 
+    def wait_idle(self, timeout: float = 120) -> None:
+        """Wait until both nodes are alive and every CPU is free: a task an earlier test left (a job
+        its driver's exit is still tearing down) would otherwise keep a node from a test that needs both."""
+        script = """import sys, time, ray
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+deadline = time.monotonic() + float(sys.argv[2])
+while True:
+    alive, free, total = (len([n for n in ray.nodes() if n["Alive"]]), ray.available_resources().get("CPU", 0),
+                          ray.cluster_resources().get("CPU", 0))
+    if alive == 2 and free == total > 0:
+        sys.exit(0)
+    if time.monotonic() > deadline:
+        sys.exit(f"{alive} live node(s), {free} of {total} CPUs free")
+    time.sleep(0.5)
+"""
+        out = subprocess.run([sys.executable, "-c", script, self.ray_address, str(timeout)], env={**env(), **self.exported},
+                             capture_output=True, text=True, timeout=timeout + 60)
+        assert out.returncode == 0, f"the cluster did not become idle in {timeout:.0f} s: {out.stderr[-2000:]}"
+
     def ray_processes(self) -> list[tuple[int, int, str]]:
         """(pid, process group, title) of every Ray process on this machine (for a failure's message)."""
         found = []

@@ -93,6 +93,7 @@ def test_a_worker_node_killed_mid_sweep_loses_nothing_and_logs_nothing_twice(clu
     cmd = sweep_on(cluster, tmp_path, experiment, "seed=0,1", f"rounds={rounds}", f"tracking.checkpoint_every={every}",
                    "+hydra.launcher.ray.remote.max_retries=0")
     sweep = tmp_path / "sweep"
+    cluster.wait_idle()  # each job needs a node's one CPU: both nodes up, neither busy
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=cluster_env(cluster), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:

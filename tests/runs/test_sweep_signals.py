@@ -125,6 +125,7 @@ def stopped_rounds(db: Path, jobs: dict[int, str]) -> set[int]:
 def test_sigterm_to_a_ray_launcher_sweep_checkpoints_every_ray_task_and_names_each(cluster, tmp_path):
     """Two Ray nodes of one CPU: two jobs train as Ray tasks, the third waits in Ray's queue."""
     db, sweep = tmp_path / "m.db", tmp_path / "sweep"
+    cluster.wait_idle()  # two tasks train, one on each node
     proc = start_on(cluster, "run", "-m", "hydra/launcher=ray_cluster", "seed=0,1,2", *SMALL, "rounds=20000",
                     "tracking.checkpoint_every=0", f"tracking.uri=sqlite:///{db}", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     wait_for_running(db, proc, 2)
@@ -146,6 +147,7 @@ def test_sigterm_to_a_ray_launcher_sweep_checkpoints_every_ray_task_and_names_ea
 def test_sigterm_to_the_batched_launcher_on_ray_checkpoints_every_group(cluster, tmp_path):
     """One job a group (max_batch=1): two groups train as Ray tasks, the third waits in Ray's queue."""
     db, sweep = tmp_path / "m.db", tmp_path / "sweep"
+    cluster.wait_idle()  # two tasks train, one on each node
     proc = start_on(cluster, "run", "-m", "hydra/launcher=batched_ray", "hydra.launcher.max_batch=1", "seed=0,1,2",
                     *SMALL, "rounds=20000", "tracking.checkpoint_every=0", f"tracking.uri=sqlite:///{db}",
                     f"hydra.sweep.dir={sweep}", cwd=tmp_path)
