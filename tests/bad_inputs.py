@@ -106,6 +106,10 @@ CASES: list[tuple[str, str]] = [
     # values that used to end in a traceback or be accepted silently (issue 21)
     ("seed=99999999999999999999", "seed must be an integer in [0, 2**63 - 1], got 99999999999999999999"),
     ("engine.threads=-1", "engine.threads must be an integer >= 0, got -1"),
+    # the split's own seed (no partitioner's parameter): numpy's traceback at the split, after the run folder was made
+    ("partition.seed=-1", "partition.seed must be an integer in [0, 2**63 - 1] or null (the split's own seed"),
+    ("partition.seed=abc", "partition.seed must be an integer in [0, 2**63 - 1] or null (the split's own seed, fixed by "
+                           "default so that runs of different seeds share it; null: the run's seed), got 'abc'"),
     ("engine.client_state_device=tpu", "engine.client_state_device must be auto (= engine.device), cpu, cuda[:k], mps or disk"),
     ("rounds=${oops}", "cannot resolve the config: Interpolation key 'oops' not found"),
     ("tracking.experiment=", "tracking.experiment must be the name of an MLflow experiment, got ''"),

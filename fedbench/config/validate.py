@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any
+from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from fedbench.algorithms import load_all
 from fedbench.algorithms.base import Algorithm
-from fedbench.config.checker import check_group, check_section
+from fedbench.config.checker import check_group, check_section, check_value
 from fedbench.config.plugins import TARGET, adopt_targets
 from fedbench.config.schema import GROUPS, PARAMETER_SPECS, RunConfig
 from fedbench.core.errors import ConfigError, check
@@ -82,6 +82,8 @@ def _checked(cfg: DictConfig) -> Algorithm:
         name = values[group]["name"]
         params = {k: v for k, v in values[group].items() if k not in extra}
         check_group(group, name, params, factories[group](name), skip, PARAMETER_SPECS)
+    # the split's own seed is no parameter of a partitioner's (partition_of takes it out): checked here
+    check_value("partition.seed", values["partition"].get("seed"), Optional[int], PARAMETER_SPECS["partition.seed"])
     check_section(values, RunConfig)
     check_across(values)
     extra = GROUPS["algorithm"][1]
