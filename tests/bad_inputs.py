@@ -84,6 +84,12 @@ CASES: list[tuple[str, str]] = [
      "algorithm.hetero_epochs=true draws E_i from {1..local_epochs}, but local_epochs=null"),
     ("algorithm=fedadmm algorithm.rho_schedule=[0.1,60]",
      "algorithm.rho_schedule must be null or [round, value] with an integer round >= 0"),
+    # an algorithm's coefficients, nested ones too: inf passed the algorithms' `>= 0` checks, and the run diverged
+    ("algorithm=fedprox algorithm.mu=inf", "algorithm.mu must be a finite number, got inf"),
+    ("algorithm=fedavg/adam algorithm.server_opt.tau=inf", "algorithm.server_opt.tau must be a finite number, got inf"),
+    ("algorithm=fedadmm algorithm.rho_schedule=[1,inf]", "algorithm.rho_schedule[1] must be a finite number, got inf"),
+    ("algorithm=fastfedda algorithm.regularizer.lam=inf", "algorithm.regularizer.lam must be a finite number, got inf"),
+    ("algorithm=fedavg/adam algorithm.server_opt.tau=1e39", "algorithm.server_opt.tau=1e+39 is beyond float32's range"),
     # the shared local-step extras (core.types.LocalExtras)
     ("local_momentum=1", "local_momentum must be a finite number in [0, 1), got 1"),
     ("grad_clip=-1", "grad_clip must be a finite number >= 0, got -1"),
