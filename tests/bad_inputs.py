@@ -90,6 +90,9 @@ CASES: list[tuple[str, str]] = [
     ("algorithm=fedadmm algorithm.rho_schedule=[1,inf]", "algorithm.rho_schedule[1] must be a finite number, got inf"),
     ("algorithm=fastfedda algorithm.regularizer.lam=inf", "algorithm.regularizer.lam must be a finite number, got inf"),
     ("algorithm=fedavg/adam algorithm.server_opt.tau=1e39", "algorithm.server_opt.tau=1e+39 is beyond float32's range"),
+    # a negative matrix shape whose product is d: torch's traceback at the first prox step
+    ("algorithm=scaffold algorithm.regularizer=nuclear algorithm.shape=[-65,-10] algorithm.lam=0.1",
+     "the nuclear norm's matrix shape (rows, cols) must be two integers >= 1, got [-65, -10]"),
     # the shared local-step extras (core.types.LocalExtras)
     ("local_momentum=1", "local_momentum must be a finite number in [0, 1), got 1"),
     ("grad_clip=-1", "grad_clip must be a finite number >= 0, got -1"),
