@@ -299,6 +299,9 @@ COMMAND_CASES: list[tuple[str, str]] = [
                                                 "99999999999999999999 and 100"),
     ("attack dlg --out {tmp}/outside.txt", "cannot create a folder in --out <tmp>/outside.txt: File exists; set --out"),
     ("plot --output figs/..", "--output 'figs/..' names no file: give a path and a name"),
+    # a name longer than the file system takes: the output checks ended in OSError's traceback
+    ("plot --uri sqlite:///{tmp}/store.db --output {tmp}/" + "x" * 300, "x.png: File name too long; choose another path"),
+    ("report --output {tmp}/" + "x" * 300 + "/table.md", "x/table.md: File name too long; choose another path"),
     # issue 32 (security)
     ("run dataset=cifar10 data.root={tmp}/cifar_crafted",
      "cifar-10-batches-py/data_batch_1 is not a CIFAR python batch: it references posix.mknod, which a CIFAR batch never holds"),

@@ -38,6 +38,12 @@ def check_output_file(path, option: str, create_folders: bool = False) -> None:
     `create_folders` its folder must exist (a mistyped path is more likely than a wanted new tree); with
     it, the folders a command creates when it writes (`--output figs/loss`) must be creatable: the
     nearest existing one is a writable folder. What stands at the path must be a file it may replace."""
+    try:  # a name longer than the file system takes (ENAMETOOLONG) ended the checks below in a traceback
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    except OSError as exc:
+        raise ConfigError(f"{option} {path}: {exc.strerror or exc}; choose another path") from None
     folder = Path(path).absolute().parent
     if not create_folders and not folder.is_dir():
         raise ConfigError(f"{option} {path}: the folder {folder} does not exist; create it or choose another path")
