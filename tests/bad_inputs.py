@@ -368,6 +368,8 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("reproduce losac/fig6 tracking.run_name=mine", "tracking.run_name=mine: a reproduction sets tracking.run_name per job"),
     ("reproduce losac/fig6 --seeds 3-1", "--seeds '3-1': expected seeds >= 0 as a range, a list or both"),
     ("reproduce losac/fig6 --seeds 0-100000000", "--seeds '0-100000000': 100,000,001 seeds; a reproduction runs at most 100,000 jobs"),
+    ("reproduce losac/fig6 --seeds 0-99999999999999999999999", "--seeds '0-99999999999999999999999': a seed is at most "
+     "2**63 - 1 (a run's seed), got 99999999999999999999999"),  # OverflowError's traceback (len of the range)
     ("reproduce composite/fig2 --scale full --seeds 0-9999", "composite/fig2: 88 arms x 10,000 seeds = 880,000 jobs; a reproduction runs at most 100,000"),
     # Click's usage errors, one line (Typer boxed them under the command's usage)
     ("report --format pdf", "Invalid value for '--format': 'pdf' is not one of 'markdown', 'csv', 'latex', 'html'. "
