@@ -291,6 +291,8 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("data show --out /nonexistent/x.png", "--out /nonexistent/x.png: the folder /nonexistent does not exist"),
     ("data show --rows -5", "--rows must be >= 0 (0 lists every client), got -5"),
     ("data show --style pie", "Unknown --style 'pie'. Available: bars, heatmap."),
+    ("data show --out {tmp}/split.txt", "--out <tmp>/split.txt: matplotlib writes no .txt figure; end the name in a format "
+     "it writes, e.g. .png, .pdf or .svg"),  # matplotlib's traceback after the split was made and its table printed
     ("plot --x epoch", "Unknown --x 'epoch'. Available: floats_down, floats_up, round, wall_time."),
     ("plot --uri sqlite:///{tmp}/store.db --metric acc --output {tmp}/p", "Unknown --metric (a metric these runs logged) 'acc'"),
     ("attack dlg --algorithms ''", "--algorithms names no algorithm (got '')"),

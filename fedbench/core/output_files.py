@@ -63,6 +63,19 @@ def check_output_file(path, option: str, create_folders: bool = False) -> None:
         raise ConfigError(f"{option} {path}: {write_failure(exc, existing)}; choose another path") from None
 
 
+def check_figure_format(path, option: str) -> None:
+    """A figure's file name ends in a format matplotlib writes (its suffix picks the format; none: PNG): `--out
+    split.txt` ended in matplotlib's ValueError traceback after the split was made and its table printed."""
+    suffix = Path(path).suffix.lstrip(".").lower()
+    if not suffix:
+        return
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    if suffix not in FigureCanvasBase.get_supported_filetypes():  # its list varies with Pillow's build (avif): not listed
+        raise ConfigError(f"{option} {path}: matplotlib writes no .{suffix} figure; end the name in a format it writes, "
+                          "e.g. .png, .pdf or .svg (none: a PNG)")
+
+
 def write_output(path: Path, data: str | bytes, option: str | None = None, encoding: str = "utf-8") -> Path:
     """Write `data` at `path` (its folders created) as a new regular file renamed over whatever regular file of
     ours stood there; anything else at the path is refused (check_destination)."""
