@@ -190,6 +190,10 @@ CASES: list[tuple[str, str]] = [
                                   "values (choice(...), range(...) or a,b,c), or search it with hydra/sweeper=optuna"),
     ("-m seed=range(3,3)", "seed=range(3,3) lists no value: the grid has no job"),
     ("-m seed=range(0,10,0)", "seed=range(0,10,0): a range's step must not be 0"),
+    # glob sweeps (HydraException "ConfigLoader is not set" traceback; Hydra then ran a grid of no job)
+    ("-m seed=glob(*)", "seed=glob(*): glob() selects among a config group's options"),
+    ("-m algorithm=glob(fedavg/a*)", "algorithm=glob(fedavg/a*) selects none of algorithm's options (dsgd, fastfedda,"),
+    ("-m algorithm=glob(feds*) eta_l=0.1,-1", "eta_l must be a finite number > 0, got -1"),
     ("hydra.run.dir=${oc.env:FEDBENCH_NO_SUCH_VARIABLE}", "cannot resolve hydra.run.dir: KeyError raised while "
                                                           "resolving interpolation: \"Environment variable"),
     ("hydra.run.dir=outputs/${no_such_key}", "cannot resolve hydra.run.dir: Interpolation key 'no_such_key' not found"),
