@@ -176,6 +176,14 @@ CASES: list[tuple[str, str]] = [
     ("seed=0,1", "seed=0,1 is a grid of values: add -m to run a grid"),
     ("algorithm=fedavg,fedprox", "algorithm=fedavg,fedprox is a grid of values: add -m to run a grid"),
     ("rounds=[1,", "cannot parse the overrides: no viable alternative at input '[1,'"),
+    ("-m eta_l=choice()", "cannot parse the overrides: Error parsing override 'eta_l=choice()'; ValueError while "
+                          "evaluating 'choice()': empty choice is not legal"),  # was three lines
+    ("tracking.run_name=café", "a value with characters beyond ASCII is taken quoted: tracking.run_name='café'"),
+    # a group set to null: "Config group override must be a string or a list. Got NoneType"
+    ("experiment=null", "experiment=null: a config group is chosen by name, and null names none; leave experiment out "
+                        "for its default, or choose one of: composite/fig2,"),
+    ("engine=null", "engine=null: a config group is chosen by name, and null names none; leave engine out for its "
+                    "default, or choose one of: default"),
     ("-m seed=range(0,100001)", "a grid of 100,001 jobs (seed (100,001)); at most 100,000 are run from one command line"),
     ("-m seed=range(0,100000000)", "a grid of 100,000,000 jobs (seed (100,000,000)); at most 100,000"),
     ("-m seed=range(0,1000) algorithm=fedavg,fedprox eta_l=range(0.001,0.1,0.001)",

@@ -175,7 +175,7 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
         try:
             jobs = expand_jobs([a for a in overrides if not a.startswith(("hydra.", "hydra/"))], choices)
         except OverrideParseException as exc:
-            raise ConfigError(f"cannot parse the overrides: {exc}") from None
+            raise parse_failure(exc, overrides) from None
     keys = top_level_keys()
     composer = JobComposer(conf_dir, search)
     for number, job in enumerate(jobs):
@@ -324,6 +324,20 @@ class CheckedComposer:
         return cfg
 
 
+def parse_failure(exc: Exception, overrides: list[str]) -> ConfigError:
+    """Hydra's parse error as one line (`-m eta_l=choice()` printed three: the override, the reason, a link); an
+    unquoted value with a character beyond ASCII (tracking.run_name=café), which Hydra's grammar takes only quoted,
+    says so (Hydra's LexerNoViableAltException named no fix)."""
+    lines = [line.strip() for line in str(exc).splitlines()  # not its link, nor a line of carets under the input
+             if line.strip(" ^") and not line.startswith("See https://")]
+    message = f"cannot parse the overrides: {'; '.join(lines)}"
+    unquoted = [o for o in overrides if not o.isascii() and o.partition("=")[2][:1] not in ("'", '"')]
+    if unquoted:
+        key, _, value = unquoted[0].partition("=")
+        message += f"; a value with characters beyond ASCII is taken quoted: {key}='{value}'"
+    return ConfigError(message)
+
+
 def check_no_grid(overrides: list[str]) -> None:
     """A sweep's values (`seed=0,1`) on a command line without -m: Hydra's three-way question, as one line."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -332,7 +346,7 @@ def check_no_grid(overrides: list[str]) -> None:
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except OverrideParseException as exc:
-        raise ConfigError(f"cannot parse the overrides: {str(exc).splitlines()[0]}") from None
+        raise parse_failure(exc, overrides) from None
     for o in parsed:
         if o.is_sweep_override():
             raise ConfigError(f"{o.input_line} is a grid of values: add -m to run a grid (fedbench run -m ...), "
