@@ -234,6 +234,7 @@ CASES: list[tuple[str, str]] = [
     ("algorithm=fedadmm algorithm.chained=true algorithm.local_init=local",
      "algorithm.chained=true starts each client from the previous client's result"),
     # generators' parameters, sizes and rates that were accepted silently or ended in a library's traceback
+    ("dataset=make_classification dataset.n_samples=0", "dataset.n_samples must be an integer >= 1, got 0"),
     ("dataset=make_classification dataset.n_informative=0", "dataset.n_informative must be an integer >= 1, got 0"),
     ("dataset=make_classification dataset.flip_y=1.5", "dataset.flip_y must be a finite number in [0, 1] (the share "
                                                        "of labels drawn at random), got 1.5"),

@@ -138,6 +138,7 @@ PARAMETER_SPECS: dict[str, Spec] = {
     "dataset.num_classes": Spec(ge=2, hint="a task of one class has nothing to learn"),
     "dataset.n_classes": Spec(ge=2, hint="a task of one class has nothing to learn"),
     # scikit-learn's make_classification (its own ranges; a value outside ended in its traceback at the build)
+    "dataset.n_samples": Spec(ge=1),  # <= 0 was refused as dataset.n_test, a key the user did not set
     "dataset.n_features": Spec(ge=1),
     "dataset.n_informative": Spec(ge=1),
     "dataset.n_redundant": Spec(ge=0),
