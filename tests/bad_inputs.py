@@ -84,6 +84,15 @@ CASES: list[tuple[str, str]] = [
      "algorithm.hetero_epochs=true draws E_i from {1..local_epochs}, but local_epochs=null"),
     ("algorithm=fedadmm algorithm.rho_schedule=[0.1,60]",
      "algorithm.rho_schedule must be null or [round, value] with an integer round >= 0"),
+    # an algorithm's coefficients, nested ones too: inf passed the algorithms' `>= 0` checks, and the run diverged
+    ("algorithm=fedprox algorithm.mu=inf", "algorithm.mu must be a finite number, got inf"),
+    ("algorithm=fedavg/adam algorithm.server_opt.tau=inf", "algorithm.server_opt.tau must be a finite number, got inf"),
+    ("algorithm=fedadmm algorithm.rho_schedule=[1,inf]", "algorithm.rho_schedule[1] must be a finite number, got inf"),
+    ("algorithm=fastfedda algorithm.regularizer.lam=inf", "algorithm.regularizer.lam must be a finite number, got inf"),
+    ("algorithm=fedavg/adam algorithm.server_opt.tau=1e39", "algorithm.server_opt.tau=1e+39 is beyond float32's range"),
+    # a negative matrix shape whose product is d: torch's traceback at the first prox step
+    ("algorithm=scaffold algorithm.regularizer=nuclear algorithm.shape=[-65,-10] algorithm.lam=0.1",
+     "the nuclear norm's matrix shape (rows, cols) must be two integers >= 1, got [-65, -10]"),
     # the shared local-step extras (core.types.LocalExtras)
     ("local_momentum=1", "local_momentum must be a finite number in [0, 1), got 1"),
     ("grad_clip=-1", "grad_clip must be a finite number >= 0, got -1"),
@@ -106,6 +115,10 @@ CASES: list[tuple[str, str]] = [
     # values that used to end in a traceback or be accepted silently (issue 21)
     ("seed=99999999999999999999", "seed must be an integer in [0, 2**63 - 1], got 99999999999999999999"),
     ("engine.threads=-1", "engine.threads must be an integer >= 0, got -1"),
+    # the split's own seed (no partitioner's parameter): numpy's traceback at the split, after the run folder was made
+    ("partition.seed=-1", "partition.seed must be an integer in [0, 2**63 - 1] or null (the split's own seed"),
+    ("partition.seed=abc", "partition.seed must be an integer in [0, 2**63 - 1] or null (the split's own seed, fixed by "
+                           "default so that runs of different seeds share it; null: the run's seed), got 'abc'"),
     ("engine.client_state_device=tpu", "engine.client_state_device must be auto (= engine.device), cpu, cuda[:k], mps or disk"),
     ("rounds=${oops}", "cannot resolve the config: Interpolation key 'oops' not found"),
     ("tracking.experiment=", "tracking.experiment must be the name of an MLflow experiment, got ''"),
@@ -163,6 +176,14 @@ CASES: list[tuple[str, str]] = [
     ("seed=0,1", "seed=0,1 is a grid of values: add -m to run a grid"),
     ("algorithm=fedavg,fedprox", "algorithm=fedavg,fedprox is a grid of values: add -m to run a grid"),
     ("rounds=[1,", "cannot parse the overrides: no viable alternative at input '[1,'"),
+    ("-m eta_l=choice()", "cannot parse the overrides: Error parsing override 'eta_l=choice()'; ValueError while "
+                          "evaluating 'choice()': empty choice is not legal"),  # was three lines
+    ("tracking.run_name=café", "a value with characters beyond ASCII is taken quoted: tracking.run_name='café'"),
+    # a group set to null: "Config group override must be a string or a list. Got NoneType"
+    ("experiment=null", "experiment=null: a config group is chosen by name, and null names none; leave experiment out "
+                        "for its default, or choose one of: composite/fig2,"),
+    ("engine=null", "engine=null: a config group is chosen by name, and null names none; leave engine out for its "
+                    "default, or choose one of: default"),
     ("-m seed=range(0,100001)", "a grid of 100,001 jobs (seed (100,001)); at most 100,000 are run from one command line"),
     ("-m seed=range(0,100000000)", "a grid of 100,000,000 jobs (seed (100,000,000)); at most 100,000"),
     ("-m seed=range(0,1000) algorithm=fedavg,fedprox eta_l=range(0.001,0.1,0.001)",
@@ -177,6 +198,10 @@ CASES: list[tuple[str, str]] = [
                                   "values (choice(...), range(...) or a,b,c), or search it with hydra/sweeper=optuna"),
     ("-m seed=range(3,3)", "seed=range(3,3) lists no value: the grid has no job"),
     ("-m seed=range(0,10,0)", "seed=range(0,10,0): a range's step must not be 0"),
+    # glob sweeps (HydraException "ConfigLoader is not set" traceback; Hydra then ran a grid of no job)
+    ("-m seed=glob(*)", "seed=glob(*): glob() selects among a config group's options"),
+    ("-m algorithm=glob(fedavg/a*)", "algorithm=glob(fedavg/a*) selects none of algorithm's options (dsgd, fastfedda,"),
+    ("-m algorithm=glob(feds*) eta_l=0.1,-1", "eta_l must be a finite number > 0, got -1"),
     ("hydra.run.dir=${oc.env:FEDBENCH_NO_SUCH_VARIABLE}", "cannot resolve hydra.run.dir: KeyError raised while "
                                                           "resolving interpolation: \"Environment variable"),
     ("hydra.run.dir=outputs/${no_such_key}", "cannot resolve hydra.run.dir: Interpolation key 'no_such_key' not found"),
@@ -209,6 +234,7 @@ CASES: list[tuple[str, str]] = [
     ("algorithm=fedadmm algorithm.chained=true algorithm.local_init=local",
      "algorithm.chained=true starts each client from the previous client's result"),
     # generators' parameters, sizes and rates that were accepted silently or ended in a library's traceback
+    ("dataset=make_classification dataset.n_samples=0", "dataset.n_samples must be an integer >= 1, got 0"),
     ("dataset=make_classification dataset.n_informative=0", "dataset.n_informative must be an integer >= 1, got 0"),
     ("dataset=make_classification dataset.flip_y=1.5", "dataset.flip_y must be a finite number in [0, 1] (the share "
                                                        "of labels drawn at random), got 1.5"),
@@ -278,6 +304,8 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("data show --out /nonexistent/x.png", "--out /nonexistent/x.png: the folder /nonexistent does not exist"),
     ("data show --rows -5", "--rows must be >= 0 (0 lists every client), got -5"),
     ("data show --style pie", "Unknown --style 'pie'. Available: bars, heatmap."),
+    ("data show --out {tmp}/split.txt", "--out <tmp>/split.txt: matplotlib writes no .txt figure; end the name in a format "
+     "it writes, e.g. .png, .pdf or .svg"),  # matplotlib's traceback after the split was made and its table printed
     ("plot --x epoch", "Unknown --x 'epoch'. Available: floats_down, floats_up, round, wall_time."),
     ("plot --uri sqlite:///{tmp}/store.db --metric acc --output {tmp}/p", "Unknown --metric (a metric these runs logged) 'acc'"),
     ("attack dlg --algorithms ''", "--algorithms names no algorithm (got '')"),
@@ -286,6 +314,9 @@ COMMAND_CASES: list[tuple[str, str]] = [
                                                 "99999999999999999999 and 100"),
     ("attack dlg --out {tmp}/outside.txt", "cannot create a folder in --out <tmp>/outside.txt: File exists; set --out"),
     ("plot --output figs/..", "--output 'figs/..' names no file: give a path and a name"),
+    # a name longer than the file system takes: the output checks ended in OSError's traceback
+    ("plot --uri sqlite:///{tmp}/store.db --output {tmp}/" + "x" * 300, "x.png: File name too long; choose another path"),
+    ("report --output {tmp}/" + "x" * 300 + "/table.md", "x/table.md: File name too long; choose another path"),
     # issue 32 (security)
     ("run dataset=cifar10 data.root={tmp}/cifar_crafted",
      "cifar-10-batches-py/data_batch_1 is not a CIFAR python batch: it references posix.mknod, which a CIFAR batch never holds"),
@@ -352,6 +383,8 @@ COMMAND_CASES: list[tuple[str, str]] = [
     ("reproduce losac/fig6 tracking.run_name=mine", "tracking.run_name=mine: a reproduction sets tracking.run_name per job"),
     ("reproduce losac/fig6 --seeds 3-1", "--seeds '3-1': expected seeds >= 0 as a range, a list or both"),
     ("reproduce losac/fig6 --seeds 0-100000000", "--seeds '0-100000000': 100,000,001 seeds; a reproduction runs at most 100,000 jobs"),
+    ("reproduce losac/fig6 --seeds 0-99999999999999999999999", "--seeds '0-99999999999999999999999': a seed is at most "
+     "2**63 - 1 (a run's seed), got 99999999999999999999999"),  # OverflowError's traceback (len of the range)
     ("reproduce composite/fig2 --scale full --seeds 0-9999", "composite/fig2: 88 arms x 10,000 seeds = 880,000 jobs; a reproduction runs at most 100,000"),
     # Click's usage errors, one line (Typer boxed them under the command's usage)
     ("report --format pdf", "Invalid value for '--format': 'pdf' is not one of 'markdown', 'csv', 'latex', 'html'. "

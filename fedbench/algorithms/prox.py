@@ -83,6 +83,8 @@ class Regularizer:
         check(self.lam >= 0, f"regularizer lambda must be >= 0, got {self.lam}")
         if self.kind == "nuclear":
             check(self.shape is not None and len(self.shape) == 2, "the nuclear norm needs a matrix shape (rows, cols)")
+            check(all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.shape),
+                  f"the nuclear norm's matrix shape (rows, cols) must be two integers >= 1, got {list(self.shape)}")
 
     def value(self, x: Tensor) -> Tensor:
         if self.kind == "l1":

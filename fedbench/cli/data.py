@@ -118,7 +118,7 @@ def show(
     from fedbench.config.validate import partition_of
     from fedbench.data import fingerprint
     from fedbench.core.errors import check
-    from fedbench.core.output_files import check_output_file
+    from fedbench.core.output_files import check_figure_format, check_output_file
 
     check(rows >= 0, f"--rows must be >= 0 (0 lists every client), got {rows}")
     if style not in STYLES:
@@ -126,6 +126,7 @@ def show(
 
         raise unknown_choice("--style", style, STYLES)
     if out is not None:
+        check_figure_format(out, "--out")
         check_output_file(out, "--out")
     cfg, dataset, parts, counts = client_label_counts(list(ctx.args))
     if parts is None:  # a population made on demand: every size is known, labels of the first users counted

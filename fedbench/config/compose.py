@@ -130,6 +130,13 @@ def _composed(directory: Path, overrides: list[str], with_hydra: bool) -> DictCo
             _not_in_config(directory, overrides, hydra_key.group(1))
         raise ConfigError(f"{str(exc).splitlines()[0]} ({str(cause).splitlines()[0]})") from None
     except ValueError as exc:  # e.g. engine=null: a group that cannot be left out
+        nulled = [o for o in overrides if re.fullmatch(r"[\w/]+=null", o) and (directory / o.split("=")[0]).is_dir()]
+        if nulled and "Got NoneType" in str(exc):  # experiment=null (its default) and scale=null too: Hydra's words named neither
+            from fedbench.config.preflight import group_choices
+
+            group = nulled[0].split("=")[0]
+            raise ConfigError(f"{nulled[0]}: a config group is chosen by name, and null names none; leave {group} out "
+                              f"for its default, or choose one of: {', '.join(group_choices(directory, group))}") from None
         raise ConfigError(f"cannot compose the config: {exc}") from None
     except Exception as exc:
         malformed = malformed_yaml(exc)

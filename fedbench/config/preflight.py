@@ -50,10 +50,32 @@ def searchpath(extra: tuple[Path, ...]) -> list[str]:
     return [f"hydra.searchpath=[{','.join(quoted_value(f'file://{d}') for d in extra)}]"] if extra else []
 
 
-def sweep_length(override) -> int:
+def glob_values(override, options) -> list[str] | None:
+    """The options a glob sweep (`algorithm=glob(fedavg/*)`) selects of its config group (None: no glob sweep).
+    Hydra lists them with its config loader, which a grid listed before Hydra runs has not: its
+    HydraException traceback ended the command line."""
+    from hydra.core.override_parser.types import Glob
+
+    if not isinstance(override.value(), Glob):
+        return None
+    key = override.get_key_element().lstrip("+~")
+    if key not in GROUPS:
+        raise ConfigError(f"{override.input_line}: glob() selects among a config group's options ({', '.join(GROUPS)}), "
+                          f"and {key} is no group; list its values instead (a,b,c, range(...) or choice(...))")
+    names = [n for n in options(key) if "/" not in n]  # Hydra's glob: the group's own options, not its subfolders'
+    if not (selected := override.value().filter(names)):
+        raise ConfigError(f"{override.input_line} selects none of {key}'s options ({', '.join(names) or 'none'}): "
+                          f"glob() matches the names directly in conf/{key}/, not those in its subfolders "
+                          f"({key}=a/b); list them instead, e.g. {key}=a/b,a/c")
+    return selected
+
+
+def sweep_length(override, options=None) -> int:
     """How many values a sweep override has, without listing them (`seed=range(0,10**9)` is a number)."""
     from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
 
+    if options is not None and (globbed := glob_values(override, options)) is not None:
+        return len(globbed)
     value = override.value()
     if isinstance(value, RangeSweep):
         if not value.step:
@@ -64,21 +86,26 @@ def sweep_length(override) -> int:
     return sum(1 for _ in itertools.islice(override.sweep_string_iterator(), MAX_GRID_JOBS + 1))
 
 
-def expand_jobs(overrides: list[str]) -> list[list[str]]:
+def expand_jobs(overrides: list[str], options=None) -> list[list[str]]:
     """The override lists of every job of a basic-sweeper grid (one job without sweeps). A grid of more than
     MAX_GRID_JOBS jobs is refused from the lengths of its sweeps, before any job is listed: a typo such as
-    `seed=range(0,100000000)` is one line at once, not minutes and gigabytes of override lists."""
+    `seed=range(0,100000000)` is one line at once, not minutes and gigabytes of override lists. `options(group)`
+    lists a config group's options for a glob sweep (default: the packaged config's and installed plugins')."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from hydra.core.override_parser.types import IntervalSweep
 
+    if options is None:
+        from fedbench.config.compose import conf_dir
+
+        options = functools.cache(lambda group: group_choices(conf_dir(), group, installed_config_dirs()))
     parsed = OverridesParser.create().parse_overrides(overrides)
     for o in parsed:
         if isinstance(o.value(), IntervalSweep):
             raise ConfigError(f"{o.input_line} is an interval to search, which a grid cannot list: give values "
                               f"(choice(...), range(...) or a,b,c), or search it with hydra/sweeper=optuna")
     sweeps = [o for o in parsed if o.is_sweep_override()]
-    lengths = [(o.get_key_element(), sweep_length(o)) for o in sweeps]
+    lengths = [(o.get_key_element(), sweep_length(o, options)) for o in sweeps]
     if empty := [o.input_line for o, (_, n) in zip(sweeps, lengths) if n == 0]:
         raise ConfigError(f"{empty[0]} lists no value: the grid has no job")
     if (size := math.prod(length for _, length in lengths)) > MAX_GRID_JOBS:
@@ -88,7 +115,9 @@ def expand_jobs(overrides: list[str]) -> list[list[str]]:
     axes = []
     for o in parsed:
         key = o.get_key_element()
-        if o.is_sweep_override():
+        if (globbed := glob_values(o, options)) is not None:
+            axes.append([f"{key}={v}" for v in globbed])
+        elif o.is_sweep_override():
             axes.append([f"{key}={v}" for v in o.sweep_string_iterator()])
         else:
             axes.append([o.input_line])
@@ -137,17 +166,17 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
     # `+hydra.key` as `++hydra.key`: a launcher's config that Hydra loads only at launch may already hold the
     # key here (ray_cluster's ray.remote.*), where Hydra's own launch appends it without complaint
     placement = ["+" + o if o.startswith("+hydra.") else o for o in placement]
-    if any("hydra/sweeper=" in a or a.startswith("hydra.sweeper") for a in overrides):
+    if jobs_searched := any("hydra/sweeper=" in a or a.startswith("hydra.sweeper") for a in overrides):
         overrides = [a for a in overrides if not a.startswith("hydra")]  # a search: check the base config
         jobs = [overrides_without_sweeps(overrides)]
-    else:
-        try:
-            jobs = expand_jobs([a for a in overrides if not a.startswith(("hydra.", "hydra/"))])
-        except OverrideParseException as exc:
-            raise ConfigError(f"cannot parse the overrides: {exc}") from None
-    keys = top_level_keys()
     installed = installed_config_dirs()  # the installed packages' plugins (hydra_plugins/fedbench_plugins)
     choices = functools.cache(lambda group: group_choices(conf_dir, group, (*extra, *installed)))
+    if not jobs_searched:
+        try:
+            jobs = expand_jobs([a for a in overrides if not a.startswith(("hydra.", "hydra/"))], choices)
+        except OverrideParseException as exc:
+            raise parse_failure(exc, overrides) from None
+    keys = top_level_keys()
     composer = JobComposer(conf_dir, search)
     for number, job in enumerate(jobs):
         for item in job:
@@ -295,6 +324,20 @@ class CheckedComposer:
         return cfg
 
 
+def parse_failure(exc: Exception, overrides: list[str]) -> ConfigError:
+    """Hydra's parse error as one line (`-m eta_l=choice()` printed three: the override, the reason, a link); an
+    unquoted value with a character beyond ASCII (tracking.run_name=café), which Hydra's grammar takes only quoted,
+    says so (Hydra's LexerNoViableAltException named no fix)."""
+    lines = [line.strip() for line in str(exc).splitlines()  # not its link, nor a line of carets under the input
+             if line.strip(" ^") and not line.startswith("See https://")]
+    message = f"cannot parse the overrides: {'; '.join(lines)}"
+    unquoted = [o for o in overrides if not o.isascii() and o.partition("=")[2][:1] not in ("'", '"')]
+    if unquoted:
+        key, _, value = unquoted[0].partition("=")
+        message += f"; a value with characters beyond ASCII is taken quoted: {key}='{value}'"
+    return ConfigError(message)
+
+
 def check_no_grid(overrides: list[str]) -> None:
     """A sweep's values (`seed=0,1`) on a command line without -m: Hydra's three-way question, as one line."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -303,7 +346,7 @@ def check_no_grid(overrides: list[str]) -> None:
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except OverrideParseException as exc:
-        raise ConfigError(f"cannot parse the overrides: {str(exc).splitlines()[0]}") from None
+        raise parse_failure(exc, overrides) from None
     for o in parsed:
         if o.is_sweep_override():
             raise ConfigError(f"{o.input_line} is a grid of values: add -m to run a grid (fedbench run -m ...), "

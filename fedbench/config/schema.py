@@ -127,7 +127,9 @@ GROUPS: dict[str, tuple[int, tuple[str, ...]]] = {
 # Ranges of group parameters, for every entry of the group that has the parameter.
 PARAMETER_SPECS: dict[str, Spec] = {
     "partition.alpha": Spec(gt=0, hint="large alpha approaches an IID split; partition=iid is the limit"),
-    "partition.seed": Spec(ge=0, hint="the split's own seed, fixed by default so that runs of different seeds share it"),
+    "partition.seed": Spec(ge=0, le=MAX_SEED, bounds="in [0, 2**63 - 1]",
+                           hint="the split's own seed, fixed by default so that runs of different seeds share it; "
+                                "null: the run's seed"),
     "dataset.alpha": Spec(ge=0, hint="a variance of Synthetic(alpha, beta): how much the users' models differ"),
     "dataset.beta": Spec(ge=0, hint="a variance of Synthetic(alpha, beta): how much the users' data differ"),
     "partition.min_size": Spec(ge=0, hint="the fewest samples a client may hold"),
@@ -136,6 +138,7 @@ PARAMETER_SPECS: dict[str, Spec] = {
     "dataset.num_classes": Spec(ge=2, hint="a task of one class has nothing to learn"),
     "dataset.n_classes": Spec(ge=2, hint="a task of one class has nothing to learn"),
     # scikit-learn's make_classification (its own ranges; a value outside ended in its traceback at the build)
+    "dataset.n_samples": Spec(ge=1),  # <= 0 was refused as dataset.n_test, a key the user did not set
     "dataset.n_features": Spec(ge=1),
     "dataset.n_informative": Spec(ge=1),
     "dataset.n_redundant": Spec(ge=0),

@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any
+from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from fedbench.algorithms import load_all
 from fedbench.algorithms.base import Algorithm
-from fedbench.config.checker import check_group, check_section
+from fedbench.config.checker import check_group, check_section, check_value
 from fedbench.config.plugins import TARGET, adopt_targets
 from fedbench.config.schema import GROUPS, PARAMETER_SPECS, RunConfig
 from fedbench.core.errors import ConfigError, check
@@ -82,6 +82,8 @@ def _checked(cfg: DictConfig) -> Algorithm:
         name = values[group]["name"]
         params = {k: v for k, v in values[group].items() if k not in extra}
         check_group(group, name, params, factories[group](name), skip, PARAMETER_SPECS)
+    # the split's own seed is no parameter of a partitioner's (partition_of takes it out): checked here
+    check_value("partition.seed", values["partition"].get("seed"), Optional[int], PARAMETER_SPECS["partition.seed"])
     check_section(values, RunConfig)
     check_across(values)
     extra = GROUPS["algorithm"][1]
@@ -171,13 +173,18 @@ def check_representable(values: dict[str, Any]) -> None:
     """A float32 run multiplies its tensors by its rates and the algorithm's coefficients as float32: a number
     beyond float32's range (eta_l=1e300) cannot be converted there, and would fail the run, and in a grid the
     lanes trained beside it, with a bare RuntimeError. A non-zero number below the dtype's smallest normal one
-    (eta_l=1e-320, subnormal even in float64) computes as a subnormal or 0: a run that moves nothing, slowly."""
+    (eta_l=1e-320, subnormal even in float64) computes as a subnormal or 0: a run that moves nothing, slowly.
+    An algorithm's numbers, nested ones included (algorithm.server_opt.tau, algorithm.regularizer.lam,
+    algorithm.rho_schedule's value), are its coefficients: an infinite one (algorithm.mu=inf) passed the
+    algorithms' own `>= 0` checks and the run diverged at its first round (nan is refused by those checks)."""
     import torch
 
     dtype = values["engine"]["dtype"]
     info = torch.finfo(getattr(torch, dtype))
-    numbers = [(k, v) for k, v in values.items() if isinstance(v, float)]
-    numbers += [(f"algorithm.{k}", v) for k, v in values["algorithm"].items() if isinstance(v, float)]
+    coefficients = list(_numbers("algorithm", values["algorithm"]))
+    for key, value in coefficients:
+        check(not math.isinf(value), f"{key} must be a finite number, got {value}")
+    numbers = [(k, v) for k, v in values.items() if isinstance(v, float)] + coefficients
     for key, value in numbers:
         check(not math.isfinite(value) or abs(value) <= info.max,
               f"{key}={value:g} is beyond {dtype}'s range (largest {info.max:.4g}), the run's engine.dtype; use a "
@@ -186,6 +193,18 @@ def check_representable(values: dict[str, Any]) -> None:
         check(not math.isfinite(value) or value == 0 or abs(value) >= info.tiny,
               f"{key}={value!r} is below {dtype}'s smallest normal number ({info.tiny:.4g}), the run's engine.dtype: "
               f"it computes as a subnormal or 0; use a larger value{', or engine.dtype=float64' if wider else ''}")
+
+
+def _numbers(key: str, value: Any):
+    """The floats in an algorithm's (nested) values, each with its key: algorithm.server_opt.tau, algorithm.rho_schedule[1]."""
+    if isinstance(value, float):
+        yield key, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _numbers(f"{key}.{k}", v)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _numbers(f"{key}[{i}]", v)
 
 
 def checked_algorithm(cfg: DictConfig) -> Algorithm:

@@ -38,6 +38,12 @@ def check_output_file(path, option: str, create_folders: bool = False) -> None:
     `create_folders` its folder must exist (a mistyped path is more likely than a wanted new tree); with
     it, the folders a command creates when it writes (`--output figs/loss`) must be creatable: the
     nearest existing one is a writable folder. What stands at the path must be a file it may replace."""
+    try:  # a name longer than the file system takes (ENAMETOOLONG) ended the checks below in a traceback
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    except OSError as exc:
+        raise ConfigError(f"{option} {path}: {exc.strerror or exc}; choose another path") from None
     folder = Path(path).absolute().parent
     if not create_folders and not folder.is_dir():
         raise ConfigError(f"{option} {path}: the folder {folder} does not exist; create it or choose another path")
@@ -55,6 +61,19 @@ def check_output_file(path, option: str, create_folders: bool = False) -> None:
         os.unlink(probe)
     except OSError as exc:
         raise ConfigError(f"{option} {path}: {write_failure(exc, existing)}; choose another path") from None
+
+
+def check_figure_format(path, option: str) -> None:
+    """A figure's file name ends in a format matplotlib writes (its suffix picks the format; none: PNG): `--out
+    split.txt` ended in matplotlib's ValueError traceback after the split was made and its table printed."""
+    suffix = Path(path).suffix.lstrip(".").lower()
+    if not suffix:
+        return
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    if suffix not in FigureCanvasBase.get_supported_filetypes():  # its list varies with Pillow's build (avif): not listed
+        raise ConfigError(f"{option} {path}: matplotlib writes no .{suffix} figure; end the name in a format it writes, "
+                          "e.g. .png, .pdf or .svg (none: a PNG)")
 
 
 def write_output(path: Path, data: str | bytes, option: str | None = None, encoding: str = "utf-8") -> Path:

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 
 from fedbench.config.compose import conf_dir, group_choices_of
 from fedbench.config.preflight import MAX_GRID_JOBS, CheckedComposer
+from fedbench.config.schema import MAX_SEED
 from fedbench.core.errors import ConfigError, DataUnavailableError, DivergenceError, FedbenchError, report_error, unknown_choice
 from fedbench.core.output_files import write_output
 from fedbench.core.user_yaml import load_yaml
@@ -56,7 +57,10 @@ def parse_seeds(text: str) -> tuple[int, ...]:
             spans.append(range(first, last + 1))
     except ValueError:
         raise ConfigError(f"--seeds {text!r}: expected seeds >= 0 as a range, a list or both, e.g. 0-4, 5, 0,3,7 or 0-2,7") from None
-    if (count := sum(map(len, spans))) > MAX_GRID_JOBS:  # counted before listed: `0-100000000` is one line at once
+    if (largest := max(span[-1] for span in spans)) > MAX_SEED:  # the run's seed (a job's failure, named dataset.seed)
+        raise ConfigError(f"--seeds {text!r}: a seed is at most 2**63 - 1 (a run's seed), got {largest}")
+    # counted before listed (`0-100000000` is one line at once), without len(): a span beyond sys.maxsize overflows it
+    if (count := sum(span.stop - span.start for span in spans)) > MAX_GRID_JOBS:
         raise ConfigError(f"--seeds {text!r}: {count:,} seeds; a reproduction runs at most {MAX_GRID_JOBS:,} jobs")
     seeds = [seed for span in spans for seed in span]
     if len(set(seeds)) != len(seeds):

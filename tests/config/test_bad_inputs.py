@@ -57,7 +57,7 @@ def test_a_good_config_passes():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("line", ["eta_l=-0.1", "-m algorithm=fedavg,fedsdg", "seed=99999999999999999999",
-                                  "rounds=${oops}"])
+                                  "rounds=${oops}", "-m eta_l=choice()", "experiment=null"])
 def test_command_line_exits_2_with_one_error_line(tmp_path, line):
     db = tmp_path / "m.db"
     args = ["--multirun" if a == "-m" else a for a in line.split()]

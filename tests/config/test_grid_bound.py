@@ -51,3 +51,18 @@ def test_the_bound_is_the_product_of_the_axes():
     with pytest.raises(ConfigError, match=f"a grid of {side * side:,} jobs"):
         expand_jobs([f"seed=range(0,{side})", f"rounds=range(1,{side + 1})"])
     assert len(expand_jobs([f"seed=range(0,{side - 1})", "rounds=1,2"])) == 2 * (side - 1)
+
+
+def test_a_glob_sweep_lists_what_hydra_lists():
+    """glob() selects a group's own options with Hydra's config loader, which a grid listed before Hydra runs had
+    not: every glob sweep ended in HydraException("ConfigLoader is not set")'s traceback."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from fedbench.config.compose import conf_dir
+
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
+        hydras = GlobalHydra.instance().config_loader().get_group_options("algorithm")
+    expected = [f"algorithm={n}" for n in hydras if n.startswith("feds") and n != "fedsso"]
+    assert [job[0] for job in expand_jobs(["algorithm=glob(feds*,exclude=fedsso)", "seed=0,1"])][::2] == expected
+    assert len(expected) >= 3
