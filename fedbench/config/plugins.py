@@ -140,6 +140,7 @@ def adopt(group: str, name: Any, target: Any) -> None:
 
         if not (isinstance(obj, type) and issubclass(obj, Algorithm)):
             raise ConfigError(f"{group}.{TARGET}={target} is {describe(obj)}, not {KINDS[group]}")
+        check_interface(obj, target)
     elif not callable(obj):
         raise ConfigError(f"{group}.{TARGET}={target} is {describe(obj)}, not {KINDS[group]}")
     registry_of(group).adopt(name, obj, target)
@@ -195,3 +196,58 @@ def describe(obj: Any) -> str:
     if isinstance(obj, type):
         return f"the class {obj.__module__}.{obj.__qualname__}"
     return f"a {type(obj).__name__}"
+
+
+# the methods the engine calls on an algorithm, with the arguments it passes (fedbench/algorithms/base.py)
+CALLS = {
+    "setup": ("setting",), "validate": (), "validate_schedule": ("local_steps", "local_epochs"), "init": ("x0",),
+    "client_states": (), "broadcast": ("server", "round_"), "client_update": ("down", "client", "work"),
+    "aggregate": ("server", "up", "cohort"), "model": ("server",), "metrics": ("server",), "work_of": ("work",),
+    "chains_clients": (), "prepare": ("down", "client", "work"), "rebroadcast": ("server", "down", "prepared", "cohort"),
+    "relay": ("down", "up"),
+}
+
+
+def check_interface(cls: type, target: str) -> None:
+    """A plugin's Algorithm defines what a round calls (client_update and aggregate; prepare and rebroadcast when
+    two_phase; relay when it chains its clients), each taking the arguments the engine passes: one ConfigError
+    naming the class, its file and the method, before any work (not a NotImplementedError or TypeError inside a
+    round)."""
+    import inspect
+
+    from fedbench.algorithms.base import Algorithm
+
+    where = f"{cls.__module__}.{cls.__qualname__} ({_source_of(cls)})"
+    needed = ["client_update", "aggregate"] + (["prepare", "rebroadcast"] if cls.two_phase else [])
+    if getattr(cls, "chains_clients") is not Algorithm.chains_clients:
+        needed.append("relay")
+    lacking = [name for name in needed if getattr(cls, name) is getattr(Algorithm, name)]
+    if lacking:
+        raise ConfigError(f"algorithm._target_={target}: {where} does not define {', '.join(lacking)}; an Algorithm "
+                          "defines client_update(down, client, work) and aggregate(server, up, cohort) "
+                          "(fedbench/algorithms/base.py)")
+    for name, args in CALLS.items():
+        method = getattr(cls, name)
+        if method is getattr(Algorithm, name) or not callable(method):
+            continue
+        try:
+            signature = inspect.signature(method)
+        except (TypeError, ValueError):  # a builtin or C callable: nothing to read
+            continue
+        bound = isinstance(inspect.getattr_static(cls, name), (classmethod, staticmethod))
+        try:
+            signature.bind(*([] if bound else [None]), *args)
+        except TypeError:
+            shown = str(signature) if bound else str(signature).replace("(self, ", "(", 1)
+            raise ConfigError(f"algorithm._target_={target}: {where} defines {name}{shown}, but fedbench calls "
+                              f"{name}({', '.join(args)}) (fedbench/algorithms/base.py)") from None
+
+
+def _source_of(obj: Any) -> str:
+    """The file (and line) a plugin's class or function is defined in, for a message."""
+    import inspect
+
+    try:
+        return f"{inspect.getsourcefile(obj)}:{inspect.getsourcelines(obj)[1]}"
+    except (TypeError, OSError):
+        return getattr(obj, "__module__", "?")

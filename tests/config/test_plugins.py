@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fedbench.algorithms import Algorithm
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.algorithms.common import local_sgd, weighted_mean
 from fedbench.data.datasets import DATASETS
@@ -64,6 +65,20 @@ def round_robin(labels, num_clients, rng, offset: int = 0):
 
 def not_an_algorithm():
     pass
+
+
+@dataclass
+class NoUpdate(Algorithm):  # aggregate only
+    sends = (1, 1)
+
+    def aggregate(self, server, up, cohort):
+        return server
+
+
+@dataclass
+class WrongSignature(HalfAvg):
+    def client_update(self, down, work):  # the client state forgotten
+        return {"delta": down["x"]}, {}
 '''
 
 YAMLS = {
@@ -80,6 +95,8 @@ YAMLS = {
     "algorithm/bad_key.yaml": "_target_: myfl.HalfAvg\nname: bad_key\nshrinkk: 0.5\n",
     "algorithm/taken.yaml": "_target_: myfl.HalfAvg\nname: fedavg\n",
     "model/bad_model.yaml": "_target_: myfl.tiny_mlp\nname: bad_model\ndepth: 3\n",
+    "algorithm/no_update.yaml": "_target_: myfl.NoUpdate\nname: no_update\n",
+    "algorithm/wrong_signature.yaml": "_target_: myfl.WrongSignature\nname: wrong_signature\n",
 }
 
 
@@ -107,6 +124,10 @@ BROKEN = [
     ("algorithm=taken", "algorithm.name=fedavg with algorithm._target_=myfl.HalfAvg: the name 'fedavg' is taken by "
      "fedbench.algorithms.fedavg.FedAvg"),
     ("model=bad_model", "Unknown parameter model.depth for model 'bad_model'. Valid: width."),
+    ("algorithm=no_update", "algorithm._target_=myfl.NoUpdate: myfl.NoUpdate (<tmp>/myfl.py:45) does not define "
+     "client_update; an Algorithm defines client_update(down, client, work) and aggregate(server, up, cohort)"),
+    ("algorithm=wrong_signature", "algorithm._target_=myfl.WrongSignature: myfl.WrongSignature (<tmp>/myfl.py:53) "
+     "defines client_update(down, work), but fedbench calls client_update(down, client, work)"),
 ]
 
 
