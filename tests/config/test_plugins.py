@@ -79,6 +79,28 @@ class NoUpdate(Algorithm):  # aggregate only
 class WrongSignature(HalfAvg):
     def client_update(self, down, work):  # the client state forgotten
         return {"delta": down["x"]}, {}
+
+
+@dataclass
+class SingleUpload(FedAvg):
+    """Uploads in float32 whatever the run's precision."""
+    def client_update(self, down, client, work):
+        up, client = super().client_update(down, client, work)
+        return {"delta": up["delta"].float()}, client
+
+
+@dataclass
+class NoMean(FedAvg):
+    """Forgets the cohort's mean: the server's x gets the clients' dim."""
+    def aggregate(self, server, up, cohort):
+        return {**server, "x": server["x"] + up["delta"]}
+
+
+@dataclass
+class CountingAvg(FedAvg):
+    """Counts rounds in a Python int beside the tensors."""
+    def init(self, x0):
+        return {**super().init(x0), "rounds": 0}
 '''
 
 YAMLS = {
@@ -95,6 +117,9 @@ YAMLS = {
     "algorithm/bad_key.yaml": "_target_: myfl.HalfAvg\nname: bad_key\nshrinkk: 0.5\n",
     "algorithm/taken.yaml": "_target_: myfl.HalfAvg\nname: fedavg\n",
     "model/bad_model.yaml": "_target_: myfl.tiny_mlp\nname: bad_model\ndepth: 3\n",
+    "algorithm/single_upload.yaml": "_target_: myfl.SingleUpload\nname: single_upload\n",
+    "algorithm/no_mean.yaml": "_target_: myfl.NoMean\nname: no_mean\n",
+    "algorithm/counting.yaml": "_target_: myfl.CountingAvg\nname: counting\n",
     "algorithm/no_update.yaml": "_target_: myfl.NoUpdate\nname: no_update\n",
     "algorithm/wrong_signature.yaml": "_target_: myfl.WrongSignature\nname: wrong_signature\n",
 }
@@ -150,6 +175,31 @@ def test_a_broken_plugin_exits_2_with_one_line(folder):
     assert error_lines(done.stderr) == [f"error: {BROKEN[1][1]} (a module is looked up in the current folder, "
                                         "on PYTHONPATH and among the installed packages)"]
     assert "Traceback" not in done.stderr and not (folder / "outputs").exists()
+
+
+RETURNS = [
+    ("algorithm=single_upload", "myfl.SingleUpload.client_update (<tmp>/myfl.py:LINE) returned the upload 'delta' as "
+     "a float32 tensor of shape [1, 650]: the run computes in float64 (engine.dtype), and this loses precision"),
+    ("algorithm=no_mean", "myfl.NoMean.aggregate (<tmp>/myfl.py:LINE) returned 'x' as a float64 tensor of shape "
+     "[2, 650]: it was a float64 tensor of shape [650] before"),
+    ("algorithm=counting", "myfl.CountingAvg.init (<tmp>/myfl.py:LINE) returned 'rounds' as an int: not a "
+     "torch.Tensor"),
+]
+
+
+@pytest.mark.slow  # a fresh process for each, that starts a run
+@pytest.mark.parametrize("line,needle", RETURNS, ids=[r[0] for r in RETURNS])
+def test_a_method_that_returns_what_the_engine_cannot_take_is_one_line_naming_it(folder, line, needle):
+    """A float32 upload in a float64 run, a server x of the wrong shape, a number in the state: one line naming the
+    method and its file at the first round, not a traceback from the engine, torch or the checkpoint."""
+    done = fedbench("run", "--config-dir", "my_conf", line, "rounds=2", "engine.dtype=float64", *SMALL, cwd=folder)
+    method = needle.split(" (")[0].rsplit(".", 1)[1]
+    cls = needle.split(".")[1]
+    number = next(i for i, text in enumerate(MODULE.splitlines(), 1) if text.startswith(f"class {cls}("))
+    number += next(i for i, text in enumerate(MODULE.splitlines()[number:], 1) if f"def {method}(" in text)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert error_lines(done.stderr) == [f"error: {needle}".replace("<tmp>", str(folder)).replace("LINE", str(number))]
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.slow  # a fresh process that runs three jobs
