@@ -67,6 +67,16 @@ def not_an_algorithm():
     pass
 
 
+def model_by_name(input_shape, num_classes):
+    """Returns the name of a model, not the model."""
+    return "mlp"
+
+
+def one_client_short(labels, num_clients, rng):
+    """Forgets the last client."""
+    return [[k for k in range(len(labels)) if k % num_clients == c] for c in range(num_clients - 1)]
+
+
 @dataclass
 class NoUpdate(Algorithm):  # aggregate only
     sends = (1, 1)
@@ -120,6 +130,8 @@ YAMLS = {
     "algorithm/single_upload.yaml": "_target_: myfl.SingleUpload\nname: single_upload\n",
     "algorithm/no_mean.yaml": "_target_: myfl.NoMean\nname: no_mean\n",
     "algorithm/counting.yaml": "_target_: myfl.CountingAvg\nname: counting\n",
+    "model/by_name.yaml": "_target_: myfl.model_by_name\nname: by_name\n",
+    "partition/short.yaml": "_target_: myfl.one_client_short\nname: short\n",
     "algorithm/no_update.yaml": "_target_: myfl.NoUpdate\nname: no_update\n",
     "algorithm/wrong_signature.yaml": "_target_: myfl.WrongSignature\nname: wrong_signature\n",
 }
@@ -133,6 +145,12 @@ def user_folder(root: Path) -> Path:
         (root / "my_conf" / name).parent.mkdir(parents=True, exist_ok=True)
         (root / "my_conf" / name).write_text(text)
     return root
+
+
+def line_of(cls: str) -> int:
+    """The line of myfl.py where a class of MODULE starts, as inspect reports it: its @dataclass, the line above
+    `class` (the 0-based index of the class line is the 1-based number of the line above it)."""
+    return next(i for i, text in enumerate(MODULE.splitlines()) if text.startswith(f"class {cls}("))
 
 
 BROKEN = [
@@ -149,9 +167,11 @@ BROKEN = [
     ("algorithm=taken", "algorithm.name=fedavg with algorithm._target_=myfl.HalfAvg: the name 'fedavg' is taken by "
      "fedbench.algorithms.fedavg.FedAvg"),
     ("model=bad_model", "Unknown parameter model.depth for model 'bad_model'. Valid: width."),
-    ("algorithm=no_update", "algorithm._target_=myfl.NoUpdate: myfl.NoUpdate (<tmp>/myfl.py:45) does not define "
+    ("algorithm=no_update", f"algorithm._target_=myfl.NoUpdate: myfl.NoUpdate (<tmp>/myfl.py:{line_of('NoUpdate')}) "
+     "does not define "
      "client_update; an Algorithm defines client_update(down, client, work) and aggregate(server, up, cohort)"),
-    ("algorithm=wrong_signature", "algorithm._target_=myfl.WrongSignature: myfl.WrongSignature (<tmp>/myfl.py:53) "
+    ("algorithm=wrong_signature", "algorithm._target_=myfl.WrongSignature: myfl.WrongSignature "
+     f"(<tmp>/myfl.py:{line_of('WrongSignature')}) "
      "defines client_update(down, work), but fedbench calls client_update(down, client, work)"),
 ]
 
@@ -175,6 +195,22 @@ def test_a_broken_plugin_exits_2_with_one_line(folder):
     assert error_lines(done.stderr) == [f"error: {BROKEN[1][1]} (a module is looked up in the current folder, "
                                         "on PYTHONPATH and among the installed packages)"]
     assert "Traceback" not in done.stderr and not (folder / "outputs").exists()
+
+
+# found when the run is built (its model and partition made), before its first round
+BUILT = [
+    ("model=by_name", "model 'by_name': myfl.model_by_name returned a str, not a torch.nn.Module (a model factory "
+     "takes (input_shape, num_classes, **parameters) and returns the module)"),
+    ("partition=short", "partition 'short': myfl.one_client_short returned 3 index lists for num_clients=4 (one per "
+     "client)"),
+]
+
+
+@pytest.mark.parametrize("line,needle", BUILT, ids=[b[0] for b in BUILT])
+def test_a_model_or_partition_that_returns_the_wrong_thing_exits_2_with_one_line(folder, line, needle):
+    done = fedbench("run", "--config-dir", "my_conf", line, "rounds=1", *SMALL, cwd=folder)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert error_lines(done.stderr) == [f"error: {needle}"] and "Traceback" not in done.stderr
 
 
 RETURNS = [
