@@ -349,3 +349,22 @@ def test_a_plugin_adopted_in_one_test_is_gone_in_the_next(folder, monkeypatch):
     assert "halfavg_once" in load_all() and "halfavg_once" not in load_all().describe()
     forget_adopted()
     assert "halfavg_once" not in load_all() and "fedavg" in load_all()
+
+
+def test_a_yaml_at_the_path_of_a_built_in_is_refused_not_ignored(tmp_path):
+    """my_conf/algorithm/fedavg.yaml: Hydra reads fedbench's algorithm/fedavg.yaml and never the user's, so the run
+    would silently train the built-in; one line names the file (a verbatim copy of the built-in is harmless)."""
+    from fedbench.config.compose import conf_dir
+    from fedbench.config.preflight import preflight
+    from fedbench.core.errors import ConfigError
+
+    mine = tmp_path / "my_conf" / "algorithm"
+    mine.mkdir(parents=True)
+    (mine / "fedavg.yaml").write_bytes((conf_dir() / "algorithm" / "fedavg.yaml").read_bytes())
+    preflight(conf_dir(), ["--config-dir", str(tmp_path / "my_conf"), "algorithm=fedavg"])
+    (mine / "fedavg.yaml").write_text("_target_: myfl.HalfAvg\nname: halfavg\n")
+    with pytest.raises(ConfigError) as raised:
+        preflight(conf_dir(), ["--config-dir", str(tmp_path / "my_conf"), "algorithm=fedavg"])
+    assert str(raised.value) == (f"{mine / 'fedavg.yaml'}: algorithm=fedavg is a built-in of fedbench "
+                                 "(algorithm/fedavg.yaml), whose file Hydra reads in place of yours; give yours a "
+                                 "name of its own (e.g. algorithm/my_fedavg.yaml)")
