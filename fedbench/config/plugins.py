@@ -159,8 +159,13 @@ def locate(group: str, target: str):
         sys.path.append(here)  # after the installed packages: a folder's file never shadows one of them
     quiet = logging.getLogger("hydra.utils")  # it logs the failure too: the ConfigError below is the one line
     level, quiet.level = quiet.level, logging.CRITICAL
+    before = torch_globals()
     try:
-        return get_object(target)
+        obj = get_object(target)
+        check_torch_globals(group, target, before)
+        return obj
+    except ConfigError:
+        raise
     except Exception as exc:
         cause = exc.__cause__ or exc
         why = missing(target) if isinstance(cause, (ImportError, AttributeError)) else ""
@@ -169,6 +174,38 @@ def locate(group: str, target: str):
                           "folder, on PYTHONPATH and among the installed packages)") from None
     finally:
         quiet.level = level
+
+
+def torch_globals() -> tuple:
+    """torch's process-wide settings a run depends on: the default dtype (torch's float32 before torch is imported)
+    and whether gradients are on."""
+    if "torch" not in sys.modules:
+        return ("torch.float32", True)
+    import torch
+
+    return (str(torch.get_default_dtype()), torch.is_grad_enabled())
+
+
+def check_torch_globals(group: str, target: str, before: tuple) -> None:
+    """A plugin module that sets torch's default dtype or turns gradients off as it is imported changes the
+    numbers of every run of the process (the model's initial values; engine.dtype is the run's precision): the
+    setting is put back and the import refused in one line naming the module's file."""
+    after = torch_globals()
+    if after == before:
+        return
+    import torch
+
+    torch.set_default_dtype(getattr(torch, before[0].removeprefix("torch.")))
+    torch.set_grad_enabled(before[1])
+    name = target.rsplit(".", 1)[0]  # the module the import path names (a class of a nested one: its parent)
+    while "." in name and name not in sys.modules:
+        name = name.rsplit(".", 1)[0]
+    module = sys.modules.get(name)
+    where = f"{name} ({getattr(module, '__file__', None) or '?'})"
+    what = (f"torch's default dtype from {before[0]} to {after[0]} (torch.set_default_dtype)" if after[0] != before[0]
+            else "torch's gradient mode to off (torch.set_grad_enabled)")
+    raise ConfigError(f"{group}.{TARGET}={target}: importing {where} changed {what}, which would change every run "
+                      "of this process; leave torch's global settings alone (engine.dtype sets a run's precision)")
 
 
 def missing(target: str) -> str:

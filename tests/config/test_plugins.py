@@ -132,6 +132,7 @@ YAMLS = {
     "algorithm/counting.yaml": "_target_: myfl.CountingAvg\nname: counting\n",
     "model/by_name.yaml": "_target_: myfl.model_by_name\nname: by_name\n",
     "partition/short.yaml": "_target_: myfl.one_client_short\nname: short\n",
+    "algorithm/double.yaml": "_target_: doublefl.Algo\nname: double\n",
     "algorithm/no_update.yaml": "_target_: myfl.NoUpdate\nname: no_update\n",
     "algorithm/wrong_signature.yaml": "_target_: myfl.WrongSignature\nname: wrong_signature\n",
 }
@@ -141,6 +142,8 @@ def user_folder(root: Path) -> Path:
     """A researcher's folder outside the checkout: myfl.py and my_conf/."""
     (root / "myfl.py").write_text(MODULE)
     (root / "brokenfl.py").write_text("import a_dependency_not_installed\n")
+    (root / "doublefl.py").write_text("import torch\nfrom myfl import HalfAvg as Algo\n\n"
+                                      "torch.set_default_dtype(torch.float64)  # for my own tests\n")
     for name, text in YAMLS.items():
         (root / "my_conf" / name).parent.mkdir(parents=True, exist_ok=True)
         (root / "my_conf" / name).write_text(text)
@@ -167,6 +170,8 @@ BROKEN = [
     ("algorithm=taken", "algorithm.name=fedavg with algorithm._target_=myfl.HalfAvg: the name 'fedavg' is taken by "
      "fedbench.algorithms.fedavg.FedAvg"),
     ("model=bad_model", "Unknown parameter model.depth for model 'bad_model'. Valid: width."),
+    ("algorithm=double", "algorithm._target_=doublefl.Algo: importing doublefl (<tmp>/doublefl.py) changed torch's "
+     "default dtype from torch.float32 to torch.float64 (torch.set_default_dtype), which would change every run"),
     ("algorithm=no_update", f"algorithm._target_=myfl.NoUpdate: myfl.NoUpdate (<tmp>/myfl.py:{line_of('NoUpdate')}) "
      "does not define "
      "client_update; an Algorithm defines client_update(down, client, work) and aggregate(server, up, cohort)"),
@@ -187,6 +192,9 @@ def test_a_broken_plugin_is_one_line_before_any_work(folder, monkeypatch, line, 
     monkeypatch.setattr(sys, "path", list(sys.path))
     message = diagnose_command(f"run --config-dir {folder}/my_conf {line}", folder)
     assert needle in message and "\n" not in message
+    import torch
+
+    assert torch.get_default_dtype() == torch.float32  # put back: the process's later runs are as before
 
 
 def test_a_broken_plugin_exits_2_with_one_line(folder):
