@@ -20,7 +20,7 @@ from fedbench.engine.client_state import DISK_FOLDER, ClientStateTable, DiskClie
 from fedbench.engine.evaluation import evaluate
 from fedbench.engine.gradients import LOOP_BELOW
 from fedbench.engine.local import ClientData, LocalWork, step_schedule
-from fedbench.engine.returns import check_model, check_state
+from fedbench.engine.returns import blame, check_model, check_state
 from fedbench.core.streams import sample_cohort
 from fedbench.core.errors import DivergenceError
 from fedbench.models.flat import FlatModel
@@ -435,7 +435,7 @@ def run_lanes(
             state.floats_up += up
             state.round += 1
             if not bool(torch.isfinite(fed.algorithm.model(state.server)).all()):
-                diverged[k] = DivergenceError(state.round, "non-finite model parameters")
+                diverged[k] = DivergenceError(state.round, "non-finite model parameters" + blame(fed.algorithm, got.up))
         share = (time.perf_counter() - t0) / len(lanes)
         for k in lanes:
             states[k].wall_time += share

@@ -61,3 +61,13 @@ def check_model(algo, server, x0: torch.Tensor) -> None:
     if not isinstance(x, torch.Tensor) or x.shape != x0.shape or x.dtype != x0.dtype:
         raise AlgorithmReturnError(f"{where(algo, 'aggregate')} returned a state whose model ({where(algo, 'model')}) "
                                    f"is {_what(x)}, where the model's parameters are {_what(x0)}")
+
+
+def blame(algo, up) -> str:
+    """Where a plugin's non-finite model came from, for the divergence message: the uploads of its client_update,
+    or else its aggregate (empty for fedbench's own algorithms, where the learning rates are the usual cause)."""
+    if type(algo).__module__.startswith("fedbench."):
+        return ""
+    uploads_bad = any(isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all())
+                      for v in up.values())
+    return f" after {where(algo, 'client_update' if uploads_bad else 'aggregate')}"

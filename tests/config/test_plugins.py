@@ -107,6 +107,14 @@ class NoMean(FedAvg):
 
 
 @dataclass
+class NanAtThree(FedAvg):
+    """A bug that shows at the third round."""
+    def aggregate(self, server, up, cohort):
+        new = super().aggregate(server, up, cohort)
+        return {**new, "x": new["x"] * (float("nan") if cohort.round == 2 else 1.0)}
+
+
+@dataclass
 class CountingAvg(FedAvg):
     """Counts rounds in a Python int beside the tensors."""
     def init(self, x0):
@@ -133,6 +141,7 @@ YAMLS = {
     "model/by_name.yaml": "_target_: myfl.model_by_name\nname: by_name\n",
     "partition/short.yaml": "_target_: myfl.one_client_short\nname: short\n",
     "algorithm/double.yaml": "_target_: doublefl.Algo\nname: double\n",
+    "algorithm/nan_at_three.yaml": "_target_: myfl.NanAtThree\nname: nan_at_three\n",
     "algorithm/no_update.yaml": "_target_: myfl.NoUpdate\nname: no_update\n",
     "algorithm/wrong_signature.yaml": "_target_: myfl.WrongSignature\nname: wrong_signature\n",
 }
@@ -244,6 +253,15 @@ def test_a_method_that_returns_what_the_engine_cannot_take_is_one_line_naming_it
     assert done.returncode == 1, done.stderr[-2000:]
     assert error_lines(done.stderr) == [f"error: {needle}".replace("<tmp>", str(folder)).replace("LINE", str(number))]
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow  # a fresh process that starts a run
+def test_a_plugin_that_makes_nan_at_round_3_is_named_in_the_divergence_line(folder):
+    done = fedbench("run", "--config-dir", "my_conf", "algorithm=nan_at_three", "rounds=4", *SMALL, cwd=folder)
+    number = line_of("NanAtThree") + 3  # its aggregate: the @dataclass, class, docstring, then def
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert error_lines(done.stderr) == [f"error: run diverged at round 3: non-finite model parameters after "
+                                        f"myfl.NanAtThree.aggregate ({folder}/myfl.py:{number})"]
 
 
 @pytest.mark.slow  # a fresh process that runs three jobs
