@@ -72,6 +72,12 @@ def model_by_name(input_shape, num_classes):
     return "mlp"
 
 
+def digits_as_tensors(root: str = "data", download: bool = False):
+    """The digits' tensors, not a fedbench Dataset."""
+    data = DATASETS.get("digits")(root=root, download=download)
+    return data.x_train, data.y_train
+
+
 def one_client_short(labels, num_clients, rng):
     """Forgets the last client."""
     return [[k for k in range(len(labels)) if k % num_clients == c] for c in range(num_clients - 1)]
@@ -142,6 +148,7 @@ YAMLS = {
     "partition/short.yaml": "_target_: myfl.one_client_short\nname: short\n",
     "algorithm/double.yaml": "_target_: doublefl.Algo\nname: double\n",
     "algorithm/nan_at_three.yaml": "_target_: myfl.NanAtThree\nname: nan_at_three\n",
+    "dataset/tensors.yaml": "_target_: myfl.digits_as_tensors\nname: tensors\n",
     "algorithm/no_update.yaml": "_target_: myfl.NoUpdate\nname: no_update\n",
     "algorithm/wrong_signature.yaml": "_target_: myfl.WrongSignature\nname: wrong_signature\n",
 }
@@ -214,17 +221,19 @@ def test_a_broken_plugin_exits_2_with_one_line(folder):
     assert "Traceback" not in done.stderr and not (folder / "outputs").exists()
 
 
-# found when the run is built (its model and partition made), before its first round
+# found when the run is built (its data set, partition and model made), before its first round
 BUILT = [
     ("model=by_name", "model 'by_name': myfl.model_by_name returned a str, not a torch.nn.Module (a model factory "
      "takes (input_shape, num_classes, **parameters) and returns the module)"),
+    ("dataset=tensors", "dataset 'tensors': myfl.digits_as_tensors returned a tuple, not a fedbench.data.Dataset "
+     "(like the built-ins of fedbench/data/datasets.py)"),
     ("partition=short", "partition 'short': myfl.one_client_short returned 3 index lists for num_clients=4 (one per "
      "client)"),
 ]
 
 
 @pytest.mark.parametrize("line,needle", BUILT, ids=[b[0] for b in BUILT])
-def test_a_model_or_partition_that_returns_the_wrong_thing_exits_2_with_one_line(folder, line, needle):
+def test_a_data_set_model_or_partition_that_returns_the_wrong_thing_exits_2_with_one_line(folder, line, needle):
     done = fedbench("run", "--config-dir", "my_conf", line, "rounds=1", *SMALL, cwd=folder)
     assert done.returncode == 2, done.stderr[-2000:]
     assert error_lines(done.stderr) == [f"error: {needle}"] and "Traceback" not in done.stderr
