@@ -240,7 +240,8 @@ CALLS = {
     "setup": ("setting",), "validate": (), "validate_schedule": ("local_steps", "local_epochs"), "init": ("x0",),
     "client_states": (), "broadcast": ("server", "round_"), "client_update": ("down", "client", "work"),
     "aggregate": ("server", "up", "cohort"), "model": ("server",), "metrics": ("server",), "work_of": ("work",),
-    "chains_clients": (), "prepare": ("down", "client", "work"), "rebroadcast": ("server", "down", "prepared", "cohort"),
+    "chains_clients": (), "prepare": ("down", "client", "work"),
+    "rebroadcast": ("server", "down", "prepared", "cohort"),
     "relay": ("down", "up"),
 }
 

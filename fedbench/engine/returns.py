@@ -33,7 +33,8 @@ def _what(value) -> str:
     return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
-def check_state(algo, method: str, state, dtype: torch.dtype, rows: int | None = None, like=None, what: str = "") -> None:
+def check_state(algo, method: str, state, dtype: torch.dtype, rows: int | None = None, like=None,
+                what: str = "") -> None:
     """`state`, returned by `algo.method`, is a dict of tensors: floating ones in the run's `dtype` or wider (FedSSO
     keeps float64 pairs in a float32 run), with `rows` clients on dim 0 where given; each entry of `like` (the state
     it replaces) keeps its dtype and its shape but for dim 0 (a history, FedSSO's pairs, grows there).

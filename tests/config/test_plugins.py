@@ -233,7 +233,8 @@ BUILT = [
 
 
 @pytest.mark.parametrize("line,needle", BUILT, ids=[b[0] for b in BUILT])
-def test_a_data_set_model_or_partition_that_returns_the_wrong_thing_exits_2_with_one_line(folder, line, needle):
+def test_a_data_set_model_or_partition_that_returns_the_wrong_thing_exits_2_with_one_line(tmp_path, line, needle):
+    folder = user_folder(tmp_path)  # a folder of its own: its runs are not in the others' record
     done = fedbench("run", "--config-dir", "my_conf", line, "rounds=1", *SMALL, cwd=folder)
     assert done.returncode == 2, done.stderr[-2000:]
     assert error_lines(done.stderr) == [f"error: {needle}"] and "Traceback" not in done.stderr
@@ -251,9 +252,10 @@ RETURNS = [
 
 @pytest.mark.slow  # a fresh process for each, that starts a run
 @pytest.mark.parametrize("line,needle", RETURNS, ids=[r[0] for r in RETURNS])
-def test_a_method_that_returns_what_the_engine_cannot_take_is_one_line_naming_it(folder, line, needle):
+def test_a_method_that_returns_what_the_engine_cannot_take_is_one_line_naming_it(tmp_path, line, needle):
     """A float32 upload in a float64 run, a server x of the wrong shape, a number in the state: one line naming the
     method and its file at the first round, not a traceback from the engine, torch or the checkpoint."""
+    folder = user_folder(tmp_path)  # a folder of its own: its runs are not in the others' record
     done = fedbench("run", "--config-dir", "my_conf", line, "rounds=2", "engine.dtype=float64", *SMALL, cwd=folder)
     method = needle.split(" (")[0].rsplit(".", 1)[1]
     cls = needle.split(".")[1]
@@ -265,7 +267,8 @@ def test_a_method_that_returns_what_the_engine_cannot_take_is_one_line_naming_it
 
 
 @pytest.mark.slow  # a fresh process that starts a run
-def test_a_plugin_that_makes_nan_at_round_3_is_named_in_the_divergence_line(folder):
+def test_a_plugin_that_makes_nan_at_round_3_is_named_in_the_divergence_line(tmp_path):
+    folder = user_folder(tmp_path)  # a folder of its own: its runs are not in the others' record
     done = fedbench("run", "--config-dir", "my_conf", "algorithm=nan_at_three", "rounds=4", *SMALL, cwd=folder)
     number = line_of("NanAtThree") + 3  # its aggregate: the @dataclass, class, docstring, then def
     assert done.returncode == 3, done.stderr[-2000:]
