@@ -45,12 +45,20 @@ def extra_config_dirs(argv: list[str]) -> tuple[Path, ...]:
 def check_shadowed(conf_dir: Path, extra: tuple[Path, ...]) -> None:
     """A --config-dir yaml at the path of a packaged one (my_conf/algorithm/fedavg.yaml): Hydra reads the packaged
     file, first on its search path, and never the user's, so it is refused in one line, not ignored (a copy with
-    the same text is harmless)."""
+    the same text is harmless). So is a folder named almost as a group (my_conf/algorithms/), where Hydra never
+    looks."""
+    import difflib
+
     from fedbench.core.user_files import is_config_file
 
     for folder in extra:
         if folder.resolve() == conf_dir.resolve():
             continue
+        for sub in sorted(p for p in folder.iterdir() if p.is_dir() and p.name not in GROUPS):
+            close = difflib.get_close_matches(sub.name, GROUPS, n=1, cutoff=0.8)
+            if close and any(sub.rglob("*.yaml")):  # my_conf/algorithms/: Hydra would never look there
+                raise ConfigError(f"{sub}: no config group is named {sub.name}; its yamls go in {folder / close[0]}/ "
+                                  f"(the groups: {', '.join(GROUPS)})")
         for group in GROUPS:
             for mine in sorted((folder / group).rglob("*.yaml")):
                 packaged = conf_dir / group / mine.relative_to(folder / group)

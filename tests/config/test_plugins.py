@@ -406,3 +406,18 @@ def test_a_yaml_at_the_path_of_a_built_in_is_refused_not_ignored(tmp_path):
     assert str(raised.value) == (f"{mine / 'fedavg.yaml'}: algorithm=fedavg is a built-in of fedbench "
                                  "(algorithm/fedavg.yaml), whose file Hydra reads in place of yours; give yours a "
                                  "name of its own (e.g. algorithm/my_fedavg.yaml)")
+
+
+def test_a_folder_named_almost_as_a_group_is_refused_not_ignored(tmp_path):
+    """my_conf/algorithms/fednova.yaml (the package's folder is fedbench/algorithms): Hydra never looks there, and
+    `algorithm=fednova` was an unknown choice with no word of the folder; one line names it and the group's."""
+    from fedbench.config.compose import conf_dir
+    from fedbench.config.preflight import preflight
+    from fedbench.core.errors import ConfigError
+
+    (tmp_path / "my_conf" / "algorithms").mkdir(parents=True)
+    (tmp_path / "my_conf" / "algorithms" / "fednova.yaml").write_text("_target_: myfl.FedNova\nname: fednova\n")
+    with pytest.raises(ConfigError) as raised:
+        preflight(conf_dir(), ["--config-dir", str(tmp_path / "my_conf"), "algorithm=fednova"])
+    assert str(raised.value).startswith(f"{tmp_path / 'my_conf' / 'algorithms'}: no config group is named algorithms; "
+                                        f"its yamls go in {tmp_path / 'my_conf' / 'algorithm'}/")
