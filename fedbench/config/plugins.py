@@ -148,7 +148,9 @@ def adopt(group: str, name: Any, target: Any) -> None:
 
 def locate(group: str, target: str):
     """The object at an import path (Hydra's get_object), the current folder on sys.path; its import
-    error in one line."""
+    error in one line. What the module prints as it is imported goes to stderr: fedbench's stdout (the config of
+    --cfg job, a report's table) stays what the command prints."""
+    import contextlib
     import logging
 
     from hydra.utils import get_object
@@ -161,7 +163,8 @@ def locate(group: str, target: str):
     level, quiet.level = quiet.level, logging.CRITICAL
     before = torch_globals()
     try:
-        obj = get_object(target)
+        with contextlib.redirect_stdout(sys.stderr):  # what a module prints as it is imported: not into --cfg's yaml
+            obj = get_object(target)
         check_torch_globals(group, target, before)
         return obj
     except ConfigError:

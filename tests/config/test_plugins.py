@@ -149,6 +149,7 @@ YAMLS = {
     "algorithm/double.yaml": "_target_: doublefl.Algo\nname: double\n",
     "algorithm/nan_at_three.yaml": "_target_: myfl.NanAtThree\nname: nan_at_three\n",
     "dataset/tensors.yaml": "_target_: myfl.digits_as_tensors\nname: tensors\n",
+    "algorithm/chatty.yaml": "_target_: chattyfl.Algo\nname: chatty\n",
     "algorithm/no_update.yaml": "_target_: myfl.NoUpdate\nname: no_update\n",
     "algorithm/wrong_signature.yaml": "_target_: myfl.WrongSignature\nname: wrong_signature\n",
 }
@@ -158,6 +159,7 @@ def user_folder(root: Path) -> Path:
     """A researcher's folder outside the checkout: myfl.py and my_conf/."""
     (root / "myfl.py").write_text(MODULE)
     (root / "brokenfl.py").write_text("import a_dependency_not_installed\n")
+    (root / "chattyfl.py").write_text("from myfl import HalfAvg as Algo\n\nprint('chattyfl loaded')\n")
     (root / "doublefl.py").write_text("import torch\nfrom myfl import HalfAvg as Algo\n\n"
                                       "torch.set_default_dtype(torch.float64)  # for my own tests\n")
     for name, text in YAMLS.items():
@@ -421,3 +423,12 @@ def test_a_folder_named_almost_as_a_group_is_refused_not_ignored(tmp_path):
         preflight(conf_dir(), ["--config-dir", str(tmp_path / "my_conf"), "algorithm=fednova"])
     assert str(raised.value).startswith(f"{tmp_path / 'my_conf' / 'algorithms'}: no config group is named algorithms; "
                                         f"its yamls go in {tmp_path / 'my_conf' / 'algorithm'}/")
+
+
+def test_what_a_plugin_prints_on_import_stays_out_of_the_printed_config(folder):
+    """`fedbench run --cfg job > config.yaml`: a plugin module's print as it is imported goes to stderr."""
+    import yaml
+
+    done = fedbench("run", "--config-dir", "my_conf", "algorithm=chatty", "--cfg", "job", cwd=folder)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert yaml.safe_load(done.stdout)["algorithm"]["name"] == "chatty" and "chattyfl loaded" in done.stderr
