@@ -140,6 +140,7 @@ def adopt(group: str, name: Any, target: Any) -> None:
 
         if not (isinstance(obj, type) and issubclass(obj, Algorithm)):
             raise ConfigError(f"{group}.{TARGET}={target} is {describe(obj)}, not {KINDS[group]}")
+        check_interface(obj, target)
     elif not callable(obj):
         raise ConfigError(f"{group}.{TARGET}={target} is {describe(obj)}, not {KINDS[group]}")
     registry_of(group).adopt(name, obj, target)
@@ -147,7 +148,9 @@ def adopt(group: str, name: Any, target: Any) -> None:
 
 def locate(group: str, target: str):
     """The object at an import path (Hydra's get_object), the current folder on sys.path; its import
-    error in one line."""
+    error in one line. What the module prints as it is imported goes to stderr: fedbench's stdout (the config of
+    --cfg job, a report's table) stays what the command prints."""
+    import contextlib
     import logging
 
     from hydra.utils import get_object
@@ -158,8 +161,14 @@ def locate(group: str, target: str):
         sys.path.append(here)  # after the installed packages: a folder's file never shadows one of them
     quiet = logging.getLogger("hydra.utils")  # it logs the failure too: the ConfigError below is the one line
     level, quiet.level = quiet.level, logging.CRITICAL
+    before = torch_globals()
     try:
-        return get_object(target)
+        with contextlib.redirect_stdout(sys.stderr):  # what a module prints as it is imported: not into --cfg's yaml
+            obj = get_object(target)
+        check_torch_globals(group, target, before)
+        return obj
+    except ConfigError:
+        raise
     except Exception as exc:
         cause = exc.__cause__ or exc
         why = missing(target) if isinstance(cause, (ImportError, AttributeError)) else ""
@@ -168,6 +177,38 @@ def locate(group: str, target: str):
                           "folder, on PYTHONPATH and among the installed packages)") from None
     finally:
         quiet.level = level
+
+
+def torch_globals() -> tuple:
+    """torch's process-wide settings a run depends on: the default dtype (torch's float32 before torch is imported)
+    and whether gradients are on."""
+    if "torch" not in sys.modules:
+        return ("torch.float32", True)
+    import torch
+
+    return (str(torch.get_default_dtype()), torch.is_grad_enabled())
+
+
+def check_torch_globals(group: str, target: str, before: tuple) -> None:
+    """A plugin module that sets torch's default dtype or turns gradients off as it is imported changes the
+    numbers of every run of the process (the model's initial values; engine.dtype is the run's precision): the
+    setting is put back and the import refused in one line naming the module's file."""
+    after = torch_globals()
+    if after == before:
+        return
+    import torch
+
+    torch.set_default_dtype(getattr(torch, before[0].removeprefix("torch.")))
+    torch.set_grad_enabled(before[1])
+    name = target.rsplit(".", 1)[0]  # the module the import path names (a class of a nested one: its parent)
+    while "." in name and name not in sys.modules:
+        name = name.rsplit(".", 1)[0]
+    module = sys.modules.get(name)
+    where = f"{name} ({getattr(module, '__file__', None) or '?'})"
+    what = (f"torch's default dtype from {before[0]} to {after[0]} (torch.set_default_dtype)" if after[0] != before[0]
+            else "torch's gradient mode to off (torch.set_grad_enabled)")
+    raise ConfigError(f"{group}.{TARGET}={target}: importing {where} changed {what}, which would change every run "
+                      "of this process; leave torch's global settings alone (engine.dtype sets a run's precision)")
 
 
 def missing(target: str) -> str:
@@ -195,3 +236,59 @@ def describe(obj: Any) -> str:
     if isinstance(obj, type):
         return f"the class {obj.__module__}.{obj.__qualname__}"
     return f"a {type(obj).__name__}"
+
+
+# the methods the engine calls on an algorithm, with the arguments it passes (fedbench/algorithms/base.py)
+CALLS = {
+    "setup": ("setting",), "validate": (), "validate_schedule": ("local_steps", "local_epochs"), "init": ("x0",),
+    "client_states": (), "broadcast": ("server", "round_"), "client_update": ("down", "client", "work"),
+    "aggregate": ("server", "up", "cohort"), "model": ("server",), "metrics": ("server",), "work_of": ("work",),
+    "chains_clients": (), "prepare": ("down", "client", "work"),
+    "rebroadcast": ("server", "down", "prepared", "cohort"),
+    "relay": ("down", "up"),
+}
+
+
+def check_interface(cls: type, target: str) -> None:
+    """A plugin's Algorithm defines what a round calls (client_update and aggregate; prepare and rebroadcast when
+    two_phase; relay when it chains its clients), each taking the arguments the engine passes: one ConfigError
+    naming the class, its file and the method, before any work (not a NotImplementedError or TypeError inside a
+    round)."""
+    import inspect
+
+    from fedbench.algorithms.base import Algorithm
+
+    where = f"{cls.__module__}.{cls.__qualname__} ({_source_of(cls)})"
+    needed = ["client_update", "aggregate"] + (["prepare", "rebroadcast"] if cls.two_phase else [])
+    if getattr(cls, "chains_clients") is not Algorithm.chains_clients:
+        needed.append("relay")
+    lacking = [name for name in needed if getattr(cls, name) is getattr(Algorithm, name)]
+    if lacking:
+        raise ConfigError(f"algorithm._target_={target}: {where} does not define {', '.join(lacking)}; an Algorithm "
+                          "defines client_update(down, client, work) and aggregate(server, up, cohort) "
+                          "(fedbench/algorithms/base.py)")
+    for name, args in CALLS.items():
+        method = getattr(cls, name)
+        if method is getattr(Algorithm, name) or not callable(method):
+            continue
+        try:
+            signature = inspect.signature(method)
+        except (TypeError, ValueError):  # a builtin or C callable: nothing to read
+            continue
+        bound = isinstance(inspect.getattr_static(cls, name), (classmethod, staticmethod))
+        try:
+            signature.bind(*([] if bound else [None]), *args)
+        except TypeError:
+            shown = str(signature) if bound else str(signature).replace("(self, ", "(", 1)
+            raise ConfigError(f"algorithm._target_={target}: {where} defines {name}{shown}, but fedbench calls "
+                              f"{name}({', '.join(args)}) (fedbench/algorithms/base.py)") from None
+
+
+def _source_of(obj: Any) -> str:
+    """The file (and line) a plugin's class or function is defined in, for a message."""
+    import inspect
+
+    try:
+        return f"{inspect.getsourcefile(obj)}:{inspect.getsourcelines(obj)[1]}"
+    except (TypeError, OSError):
+        return getattr(obj, "__module__", "?")

@@ -42,6 +42,33 @@ def extra_config_dirs(argv: list[str]) -> tuple[Path, ...]:
     return tuple(Path(v).absolute() for f, v in zip(argv, argv[1:]) if f in ("--config-dir", "-cd"))
 
 
+def check_shadowed(conf_dir: Path, extra: tuple[Path, ...]) -> None:
+    """A --config-dir yaml at the path of a packaged one (my_conf/algorithm/fedavg.yaml): Hydra reads the packaged
+    file, first on its search path, and never the user's, so it is refused in one line, not ignored (a copy with
+    the same text is harmless). So is a folder named almost as a group (my_conf/algorithms/), where Hydra never
+    looks."""
+    import difflib
+
+    from fedbench.core.user_files import is_config_file
+
+    for folder in extra:
+        if folder.resolve() == conf_dir.resolve():
+            continue
+        for sub in sorted(p for p in folder.iterdir() if p.is_dir() and p.name not in GROUPS):
+            close = difflib.get_close_matches(sub.name, GROUPS, n=1, cutoff=0.8)
+            if close and any(sub.rglob("*.yaml")):  # my_conf/algorithms/: Hydra would never look there
+                raise ConfigError(f"{sub}: no config group is named {sub.name}; its yamls go in {folder / close[0]}/ "
+                                  f"(the groups: {', '.join(GROUPS)})")
+        for group in GROUPS:
+            for mine in sorted((folder / group).rglob("*.yaml")):
+                packaged = conf_dir / group / mine.relative_to(folder / group)
+                if is_config_file(mine) and packaged.is_file() and packaged.read_bytes() != mine.read_bytes():
+                    choice = mine.relative_to(folder / group).with_suffix("")
+                    raise ConfigError(f"{mine}: {group}={choice} is a built-in of fedbench ({group}/{choice}.yaml), "
+                                      f"whose file Hydra reads in place of yours; give yours a name of its own "
+                                      f"(e.g. {group}/my_{choice.name}.yaml)")
+
+
 def searchpath(extra: tuple[Path, ...]) -> list[str]:
     """The override that adds --config-dir folders to Hydra's search path (none without them)."""
     from fedbench.config.compose import quoted_value
@@ -155,6 +182,7 @@ def preflight(conf_dir: Path, argv: list[str]) -> None:
     overrides = hydra_overrides(argv)
     check_plugins(overrides)
     extra = extra_config_dirs(argv)
+    check_shadowed(conf_dir, extra)
     search = searchpath(extra)
     multirun = "--multirun" in argv or "-m" in argv
     check_output_value([o for o in overrides if o.startswith(("hydra.run.", "hydra.sweep."))])

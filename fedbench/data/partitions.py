@@ -106,6 +106,16 @@ def make_partition(
         parts = fn(np.asarray(labels), num_clients, rng, **params)
     except TypeError as exc:
         raise ConfigError(f"partition {name!r}: {exc}") from None
+    made = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', name)}"
+    check(len(parts) == num_clients,
+          f"partition {name!r}: {made} returned {len(parts)} index lists for num_clients={num_clients} (one per client)")
+    for i, p in enumerate(parts):
+        p = np.asarray(p)
+        check(p.ndim == 1 and (p.size == 0 or np.issubdtype(p.dtype, np.integer)),
+              f"partition {name!r}: {made} gave client {i} {p.dtype} values of shape {list(p.shape)}, not a list of "
+              "sample indices")
+        check(p.size == 0 or (p.min() >= 0 and p.max() < len(labels)),
+              f"partition {name!r}: {made} gave client {i} indices outside 0..{len(labels) - 1}, the training samples")
     empty = [i for i, p in enumerate(parts) if len(p) == 0]
     check(not empty, f"partition {name!r} left clients {empty[:5]} without data; use fewer clients")
     return parts

@@ -20,6 +20,7 @@ from fedbench.engine.client_state import DISK_FOLDER, ClientStateTable, DiskClie
 from fedbench.engine.evaluation import evaluate
 from fedbench.engine.gradients import LOOP_BELOW
 from fedbench.engine.local import ClientData, LocalWork, step_schedule
+from fedbench.engine.returns import blame, check_model, check_state
 from fedbench.core.streams import sample_cohort
 from fedbench.core.errors import DivergenceError
 from fedbench.models.flat import FlatModel
@@ -74,6 +75,7 @@ def initial_state(fed: Federation, folder: Path | None = None) -> RunState:
     """Round 0's state. Disk tables (fed.client_state_disk) live in `folder`/client_state (the run
     directory), or in a temporary folder removed with the state when none is given."""
     server = fed.algorithm.init(fed.x0)
+    check_state(fed.algorithm, "init", server, fed.x0.dtype)
     specs = fed.algorithm.client_states()
     if fed.client_state_disk and specs:
         scratch = None
@@ -228,6 +230,8 @@ def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list
     for chunk, work in zip(chunks, works):
         algo = lanes[chunk[0][0]].fed.algorithm
         up, new_client = algo.client_update(_chunk_down(lanes, chunk), _chunk_state(lanes, chunk), work)
+        check_state(algo, "client_update", up, fed0.x0.dtype, len(chunk), what="the upload ")
+        check_state(algo, "client_update", new_client, fed0.x0.dtype, len(chunk), what="the client state ")
         if algo.chains_clients():
             up = _relay(lanes, chunk, up)
         for k in sorted({k for k, _ in chunk}):
@@ -355,7 +359,10 @@ def run_round(fed: Federation, state: RunState) -> tuple[float, float]:
 def aggregate_round(fed: Federation, state: RunState, received: ClientRound) -> tuple[float, float]:
     """The server half of a round: aggregate the uploads; returns (floats down, floats up)."""
     algo = fed.algorithm
-    state.server = algo.aggregate(state.server, received.up, received.cohort)
+    server = algo.aggregate(state.server, received.up, received.cohort)
+    check_state(algo, "aggregate", server, fed.x0.dtype, like=state.server)
+    check_model(algo, server, fed.x0)
+    state.server = server
     floats_down = len(received.cohort.ids) * _numel(received.down, algo.metadata_keys)
     floats_up = _numel(received.up, algo.metadata_keys)
     if received.prepared is not None:
@@ -428,7 +435,7 @@ def run_lanes(
             state.floats_up += up
             state.round += 1
             if not bool(torch.isfinite(fed.algorithm.model(state.server)).all()):
-                diverged[k] = DivergenceError(state.round, "non-finite model parameters")
+                diverged[k] = DivergenceError(state.round, "non-finite model parameters" + blame(fed.algorithm, got.up))
         share = (time.perf_counter() - t0) / len(lanes)
         for k in lanes:
             states[k].wall_time += share

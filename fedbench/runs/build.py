@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from fedbench.core.types import LocalExtras, Setting
 from fedbench.config.validate import checked_algorithm, params_of, partition_of
-from fedbench.data import DATASETS, fingerprint, make_partition
+from fedbench.data import DATASETS, Dataset, fingerprint, make_partition
 from fedbench.data.validate import check_dataset
 from fedbench.engine.gradients import auto_executor, auto_loop_below, eval_batch_size, make_grad_fn
 from fedbench.engine.lazy_clients import LazyClientData
@@ -149,11 +149,16 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
     algorithms = [checked_algorithm(c) for c in cfgs]  # each config is validated here unless preflight did
     device = resolve_device(str(cfg.engine.device))
     check_setup_fits(cfg)
-    dataset = DATASETS.get(cfg.dataset.name)(
+    factory = DATASETS.get(cfg.dataset.name)
+    dataset = factory(
         root=str(cfg.data.root), download=bool(cfg.data.download), **{
             k: v for k, v in params_of(cfg.dataset).items() if k not in ("root", "download")
         }
     )
+    if not isinstance(dataset, Dataset):  # a plugin's factory (config.plugins) that returns something else
+        made = f"{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', cfg.dataset.name)}"
+        raise ConfigError(f"dataset {cfg.dataset.name!r}: {made} returned a {type(dataset).__name__}, not a "
+                          "fedbench.data.Dataset (like the built-ins of fedbench/data/datasets.py)")
     check_dataset(dataset, f"dataset {cfg.dataset.name} (data.root={cfg.data.root})")  # behind each reader's own checks
     positive = cfg.data.get("binary_classes")
     if positive:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fedbench.algorithms import Algorithm
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.algorithms.common import local_sgd, weighted_mean
 from fedbench.data.datasets import DATASETS
@@ -64,6 +65,66 @@ def round_robin(labels, num_clients, rng, offset: int = 0):
 
 def not_an_algorithm():
     pass
+
+
+def model_by_name(input_shape, num_classes):
+    """Returns the name of a model, not the model."""
+    return "mlp"
+
+
+def digits_as_tensors(root: str = "data", download: bool = False):
+    """The digits' tensors, not a fedbench Dataset."""
+    data = DATASETS.get("digits")(root=root, download=download)
+    return data.x_train, data.y_train
+
+
+def one_client_short(labels, num_clients, rng):
+    """Forgets the last client."""
+    return [[k for k in range(len(labels)) if k % num_clients == c] for c in range(num_clients - 1)]
+
+
+@dataclass
+class NoUpdate(Algorithm):  # aggregate only
+    sends = (1, 1)
+
+    def aggregate(self, server, up, cohort):
+        return server
+
+
+@dataclass
+class WrongSignature(HalfAvg):
+    def client_update(self, down, work):  # the client state forgotten
+        return {"delta": down["x"]}, {}
+
+
+@dataclass
+class SingleUpload(FedAvg):
+    """Uploads in float32 whatever the run's precision."""
+    def client_update(self, down, client, work):
+        up, client = super().client_update(down, client, work)
+        return {"delta": up["delta"].float()}, client
+
+
+@dataclass
+class NoMean(FedAvg):
+    """Forgets the cohort's mean: the server's x gets the clients' dim."""
+    def aggregate(self, server, up, cohort):
+        return {**server, "x": server["x"] + up["delta"]}
+
+
+@dataclass
+class NanAtThree(FedAvg):
+    """A bug that shows at the third round."""
+    def aggregate(self, server, up, cohort):
+        new = super().aggregate(server, up, cohort)
+        return {**new, "x": new["x"] * (float("nan") if cohort.round == 2 else 1.0)}
+
+
+@dataclass
+class CountingAvg(FedAvg):
+    """Counts rounds in a Python int beside the tensors."""
+    def init(self, x0):
+        return {**super().init(x0), "rounds": 0}
 '''
 
 YAMLS = {
@@ -80,6 +141,17 @@ YAMLS = {
     "algorithm/bad_key.yaml": "_target_: myfl.HalfAvg\nname: bad_key\nshrinkk: 0.5\n",
     "algorithm/taken.yaml": "_target_: myfl.HalfAvg\nname: fedavg\n",
     "model/bad_model.yaml": "_target_: myfl.tiny_mlp\nname: bad_model\ndepth: 3\n",
+    "algorithm/single_upload.yaml": "_target_: myfl.SingleUpload\nname: single_upload\n",
+    "algorithm/no_mean.yaml": "_target_: myfl.NoMean\nname: no_mean\n",
+    "algorithm/counting.yaml": "_target_: myfl.CountingAvg\nname: counting\n",
+    "model/by_name.yaml": "_target_: myfl.model_by_name\nname: by_name\n",
+    "partition/short.yaml": "_target_: myfl.one_client_short\nname: short\n",
+    "algorithm/double.yaml": "_target_: doublefl.Algo\nname: double\n",
+    "algorithm/nan_at_three.yaml": "_target_: myfl.NanAtThree\nname: nan_at_three\n",
+    "dataset/tensors.yaml": "_target_: myfl.digits_as_tensors\nname: tensors\n",
+    "algorithm/chatty.yaml": "_target_: chattyfl.Algo\nname: chatty\n",
+    "algorithm/no_update.yaml": "_target_: myfl.NoUpdate\nname: no_update\n",
+    "algorithm/wrong_signature.yaml": "_target_: myfl.WrongSignature\nname: wrong_signature\n",
 }
 
 
@@ -87,10 +159,19 @@ def user_folder(root: Path) -> Path:
     """A researcher's folder outside the checkout: myfl.py and my_conf/."""
     (root / "myfl.py").write_text(MODULE)
     (root / "brokenfl.py").write_text("import a_dependency_not_installed\n")
+    (root / "chattyfl.py").write_text("from myfl import HalfAvg as Algo\n\nprint('chattyfl loaded')\n")
+    (root / "doublefl.py").write_text("import torch\nfrom myfl import HalfAvg as Algo\n\n"
+                                      "torch.set_default_dtype(torch.float64)  # for my own tests\n")
     for name, text in YAMLS.items():
         (root / "my_conf" / name).parent.mkdir(parents=True, exist_ok=True)
         (root / "my_conf" / name).write_text(text)
     return root
+
+
+def line_of(cls: str) -> int:
+    """The line of myfl.py where a class of MODULE starts, as inspect reports it: its @dataclass, the line above
+    `class` (the 0-based index of the class line is the 1-based number of the line above it)."""
+    return next(i for i, text in enumerate(MODULE.splitlines()) if text.startswith(f"class {cls}("))
 
 
 BROKEN = [
@@ -107,6 +188,14 @@ BROKEN = [
     ("algorithm=taken", "algorithm.name=fedavg with algorithm._target_=myfl.HalfAvg: the name 'fedavg' is taken by "
      "fedbench.algorithms.fedavg.FedAvg"),
     ("model=bad_model", "Unknown parameter model.depth for model 'bad_model'. Valid: width."),
+    ("algorithm=double", "algorithm._target_=doublefl.Algo: importing doublefl (<tmp>/doublefl.py) changed torch's "
+     "default dtype from torch.float32 to torch.float64 (torch.set_default_dtype), which would change every run"),
+    ("algorithm=no_update", f"algorithm._target_=myfl.NoUpdate: myfl.NoUpdate (<tmp>/myfl.py:{line_of('NoUpdate')}) "
+     "does not define "
+     "client_update; an Algorithm defines client_update(down, client, work) and aggregate(server, up, cohort)"),
+    ("algorithm=wrong_signature", "algorithm._target_=myfl.WrongSignature: myfl.WrongSignature "
+     f"(<tmp>/myfl.py:{line_of('WrongSignature')}) "
+     "defines client_update(down, work), but fedbench calls client_update(down, client, work)"),
 ]
 
 
@@ -121,6 +210,9 @@ def test_a_broken_plugin_is_one_line_before_any_work(folder, monkeypatch, line, 
     monkeypatch.setattr(sys, "path", list(sys.path))
     message = diagnose_command(f"run --config-dir {folder}/my_conf {line}", folder)
     assert needle in message and "\n" not in message
+    import torch
+
+    assert torch.get_default_dtype() == torch.float32  # put back: the process's later runs are as before
 
 
 def test_a_broken_plugin_exits_2_with_one_line(folder):
@@ -129,6 +221,61 @@ def test_a_broken_plugin_exits_2_with_one_line(folder):
     assert error_lines(done.stderr) == [f"error: {BROKEN[1][1]} (a module is looked up in the current folder, "
                                         "on PYTHONPATH and among the installed packages)"]
     assert "Traceback" not in done.stderr and not (folder / "outputs").exists()
+
+
+# found when the run is built (its data set, partition and model made), before its first round
+BUILT = [
+    ("model=by_name", "model 'by_name': myfl.model_by_name returned a str, not a torch.nn.Module (a model factory "
+     "takes (input_shape, num_classes, **parameters) and returns the module)"),
+    ("dataset=tensors", "dataset 'tensors': myfl.digits_as_tensors returned a tuple, not a fedbench.data.Dataset "
+     "(like the built-ins of fedbench/data/datasets.py)"),
+    ("partition=short", "partition 'short': myfl.one_client_short returned 3 index lists for num_clients=4 (one per "
+     "client)"),
+]
+
+
+@pytest.mark.parametrize("line,needle", BUILT, ids=[b[0] for b in BUILT])
+def test_a_data_set_model_or_partition_that_returns_the_wrong_thing_exits_2_with_one_line(tmp_path, line, needle):
+    folder = user_folder(tmp_path)  # a folder of its own: its runs are not in the others' record
+    done = fedbench("run", "--config-dir", "my_conf", line, "rounds=1", *SMALL, cwd=folder)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert error_lines(done.stderr) == [f"error: {needle}"] and "Traceback" not in done.stderr
+
+
+RETURNS = [
+    ("algorithm=single_upload", "myfl.SingleUpload.client_update (<tmp>/myfl.py:LINE) returned the upload 'delta' as "
+     "a float32 tensor of shape [1, 650]: the run computes in float64 (engine.dtype), and this loses precision"),
+    ("algorithm=no_mean", "myfl.NoMean.aggregate (<tmp>/myfl.py:LINE) returned 'x' as a float64 tensor of shape "
+     "[2, 650]: it was a float64 tensor of shape [650] before"),
+    ("algorithm=counting", "myfl.CountingAvg.init (<tmp>/myfl.py:LINE) returned 'rounds' as an int: not a "
+     "torch.Tensor"),
+]
+
+
+@pytest.mark.slow  # a fresh process for each, that starts a run
+@pytest.mark.parametrize("line,needle", RETURNS, ids=[r[0] for r in RETURNS])
+def test_a_method_that_returns_what_the_engine_cannot_take_is_one_line_naming_it(tmp_path, line, needle):
+    """A float32 upload in a float64 run, a server x of the wrong shape, a number in the state: one line naming the
+    method and its file at the first round, not a traceback from the engine, torch or the checkpoint."""
+    folder = user_folder(tmp_path)  # a folder of its own: its runs are not in the others' record
+    done = fedbench("run", "--config-dir", "my_conf", line, "rounds=2", "engine.dtype=float64", *SMALL, cwd=folder)
+    method = needle.split(" (")[0].rsplit(".", 1)[1]
+    cls = needle.split(".")[1]
+    number = next(i for i, text in enumerate(MODULE.splitlines(), 1) if text.startswith(f"class {cls}("))
+    number += next(i for i, text in enumerate(MODULE.splitlines()[number:], 1) if f"def {method}(" in text)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert error_lines(done.stderr) == [f"error: {needle}".replace("<tmp>", str(folder)).replace("LINE", str(number))]
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow  # a fresh process that starts a run
+def test_a_plugin_that_makes_nan_at_round_3_is_named_in_the_divergence_line(tmp_path):
+    folder = user_folder(tmp_path)  # a folder of its own: its runs are not in the others' record
+    done = fedbench("run", "--config-dir", "my_conf", "algorithm=nan_at_three", "rounds=4", *SMALL, cwd=folder)
+    number = line_of("NanAtThree") + 3  # its aggregate: the @dataclass, class, docstring, then def
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert error_lines(done.stderr) == [f"error: run diverged at round 3: non-finite model parameters after "
+                                        f"myfl.NanAtThree.aggregate ({folder}/myfl.py:{number})"]
 
 
 @pytest.mark.slow  # a fresh process that runs three jobs
@@ -242,3 +389,46 @@ def test_a_plugin_adopted_in_one_test_is_gone_in_the_next(folder, monkeypatch):
     assert "halfavg_once" in load_all() and "halfavg_once" not in load_all().describe()
     forget_adopted()
     assert "halfavg_once" not in load_all() and "fedavg" in load_all()
+
+
+def test_a_yaml_at_the_path_of_a_built_in_is_refused_not_ignored(tmp_path):
+    """my_conf/algorithm/fedavg.yaml: Hydra reads fedbench's algorithm/fedavg.yaml and never the user's, so the run
+    would silently train the built-in; one line names the file (a verbatim copy of the built-in is harmless)."""
+    from fedbench.config.compose import conf_dir
+    from fedbench.config.preflight import preflight
+    from fedbench.core.errors import ConfigError
+
+    mine = tmp_path / "my_conf" / "algorithm"
+    mine.mkdir(parents=True)
+    (mine / "fedavg.yaml").write_bytes((conf_dir() / "algorithm" / "fedavg.yaml").read_bytes())
+    preflight(conf_dir(), ["--config-dir", str(tmp_path / "my_conf"), "algorithm=fedavg"])
+    (mine / "fedavg.yaml").write_text("_target_: myfl.HalfAvg\nname: halfavg\n")
+    with pytest.raises(ConfigError) as raised:
+        preflight(conf_dir(), ["--config-dir", str(tmp_path / "my_conf"), "algorithm=fedavg"])
+    assert str(raised.value) == (f"{mine / 'fedavg.yaml'}: algorithm=fedavg is a built-in of fedbench "
+                                 "(algorithm/fedavg.yaml), whose file Hydra reads in place of yours; give yours a "
+                                 "name of its own (e.g. algorithm/my_fedavg.yaml)")
+
+
+def test_a_folder_named_almost_as_a_group_is_refused_not_ignored(tmp_path):
+    """my_conf/algorithms/fednova.yaml (the package's folder is fedbench/algorithms): Hydra never looks there, and
+    `algorithm=fednova` was an unknown choice with no word of the folder; one line names it and the group's."""
+    from fedbench.config.compose import conf_dir
+    from fedbench.config.preflight import preflight
+    from fedbench.core.errors import ConfigError
+
+    (tmp_path / "my_conf" / "algorithms").mkdir(parents=True)
+    (tmp_path / "my_conf" / "algorithms" / "fednova.yaml").write_text("_target_: myfl.FedNova\nname: fednova\n")
+    with pytest.raises(ConfigError) as raised:
+        preflight(conf_dir(), ["--config-dir", str(tmp_path / "my_conf"), "algorithm=fednova"])
+    assert str(raised.value).startswith(f"{tmp_path / 'my_conf' / 'algorithms'}: no config group is named algorithms; "
+                                        f"its yamls go in {tmp_path / 'my_conf' / 'algorithm'}/")
+
+
+def test_what_a_plugin_prints_on_import_stays_out_of_the_printed_config(folder):
+    """`fedbench run --cfg job > config.yaml`: a plugin module's print as it is imported goes to stderr."""
+    import yaml
+
+    done = fedbench("run", "--config-dir", "my_conf", "algorithm=chatty", "--cfg", "job", cwd=folder)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert yaml.safe_load(done.stdout)["algorithm"]["name"] == "chatty" and "chattyfl loaded" in done.stderr
