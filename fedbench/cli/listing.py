@@ -98,7 +98,7 @@ def config_folders() -> list[Path]:
 
 def config_options(group: str) -> list[str]:
     """The choices of a config group: its files, as `<name>` or `<folder>/<name>`."""
-    from fedbench.config.preflight import group_choices
+    from fedbench.config.compose import group_choices
 
     first, *others = config_folders()
     return group_choices(first, group, tuple(others))

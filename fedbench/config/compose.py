@@ -132,8 +132,6 @@ def _composed(directory: Path, overrides: list[str], with_hydra: bool) -> DictCo
     except ValueError as exc:  # e.g. engine=null: a group that cannot be left out
         nulled = [o for o in overrides if re.fullmatch(r"[\w/]+=null", o) and (directory / o.split("=")[0]).is_dir()]
         if nulled and "Got NoneType" in str(exc):  # experiment=null (its default) and scale=null too: Hydra's words named neither
-            from fedbench.config.preflight import group_choices
-
             group = nulled[0].split("=")[0]
             raise ConfigError(f"{nulled[0]}: a config group is chosen by name, and null names none; leave {group} out "
                               f"for its default, or choose one of: {', '.join(group_choices(directory, group))}") from None
@@ -208,3 +206,13 @@ def quoted_value(value: str) -> str:
 
     escape = {"'": "\\'", "${": "\\${", "": ""}
     return "'" + re.sub(r"(\\*)('|\$\{|$)", lambda m: m.group(1) * 2 + escape[m.group(2)], value) + "'"
+
+
+def group_choices(conf_dir: Path, group: str, extra_dirs: tuple[Path, ...] = ()) -> list[str]:
+    """The options of a config group: its files under the config directory and any --config-dir."""
+    from fedbench.core.user_files import is_config_file
+
+    names = set()
+    for base in (conf_dir / group, *(d / group for d in extra_dirs)):
+        names.update(str(p.relative_to(base).with_suffix("")) for p in base.rglob("*.yaml") if is_config_file(p))
+    return sorted(names)

@@ -10,22 +10,13 @@ import re
 from pathlib import Path
 
 from fedbench.config import suggest
+from fedbench.config.compose import group_choices
 from fedbench.config.plugins import installed_config_dirs
 from fedbench.config.renames import renamed_message
 from fedbench.core.errors import ConfigError
 
 GROUPS = ("dataset", "partition", "model", "algorithm", "engine", "tracking", "experiment", "scale")
 MAX_GRID_JOBS = 100_000  # a larger grid is refused, not checked for minutes
-
-
-def group_choices(conf_dir: Path, group: str, extra_dirs: tuple[Path, ...] = ()) -> list[str]:
-    """The options of a config group: its files under the config directory and any --config-dir."""
-    from fedbench.core.user_files import is_config_file
-
-    names = set()
-    for base in (conf_dir / group, *(d / group for d in extra_dirs)):
-        names.update(str(p.relative_to(base).with_suffix("")) for p in base.rglob("*.yaml") if is_config_file(p))
-    return sorted(names)
 
 
 def top_level_keys() -> set[str]:

@@ -59,7 +59,7 @@ def test_every_reader_of_a_config_folder_names_a_fifo_instead_of_blocking(conf_w
     """`fedbench list` and `fedbench run mu=0.1` (which looks for the group that sets mu) read every *.yaml of the
     folder: they blocked forever on the FIFO; `algorithm=mine` said "Unknown algorithm 'mine'" beside it."""
     from fedbench.cli import listing
-    from fedbench.config.preflight import group_choices
+    from fedbench.config.compose import group_choices
     from fedbench.config.suggest import group_files_with_key
     from fedbench.core.errors import ConfigError
 
