@@ -53,8 +53,10 @@ def _windows(length: int | None = None):
     seen = [length]
 
     def check(value) -> None:
-        seen[0] = seen[0] or len(string(value, "a window"))
-        if len(string(value, "a window")) != seen[0]:
+        if not string(value, "a window"):  # an empty first window let windows of any length through (a traceback)
+            raise FormatError("a window holds no characters")
+        seen[0] = seen[0] or len(value)
+        if len(value) != seen[0]:
             raise FormatError(f"a window holds {len(value)} characters, the others {seen[0]}: {value[:40]!r}")
     return check
 

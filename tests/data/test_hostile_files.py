@@ -245,6 +245,8 @@ LEAF_CASES = {
     "list_at_the_top": ([1, 2], "the top level must be a dict, got list"),
     "numbers_for_text": (leaf(["A"], [[12345]], [["k"]]), "a window must be text, got int 12345"),
     "unequal_windows": (leaf(["A"], [["abcdefghij", "abc"]], [["k", "l"]]), "a window holds 3 characters, the others 10"),
+    "an_empty_first_window": (leaf(["A"], [["", "abcdefghij"]], [["k", "l"]]), "a window holds no characters"),  # was
+    "empty_windows": (leaf(["A"], [["", ""]], [["k", "l"]]), "a window holds no characters"),  # numpy's ValueError
     "more_inputs_than_labels": (leaf(["A"], [["abcdefghij", "bcdefghijk"]], [["k"]]), "2 inputs of user 'A' but 1 labels"),
     "a_user_without_data": ({"users": ["A"], "user_data": {}}, "user 'A' has no entry in 'user_data'"),
     "100000_levels": ("[" * 100_000 + "]" * 100_000, "RecursionError"),
