@@ -210,6 +210,9 @@ def _check_tensors(refuse, where: str, saved: dict, built: dict[str, torch.Tenso
             refuse(f"{where} state {key} of shape {_shape(saved[key])}, this run's is {list(shape)}")
         if not _plain(saved[key], tensor.dtype):
             refuse(f"{where} state {key} is {_kind(saved[key])}, this run's is a dense {tensor.dtype} tensor")
+        if saved[key].is_floating_point() and not bool(torch.isfinite(saved[key]).all()):
+            # a run checkpoints finite rounds only: resumed, it ended FAILED as diverged (exit 3), its record changed
+            refuse(f"{where} state {key} holds NaN or infinite values, which no round of a run checkpoints")
 
 
 def _plain(t: torch.Tensor, dtype) -> bool:

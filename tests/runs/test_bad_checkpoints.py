@@ -13,7 +13,8 @@ from tests.runs.test_faults import run_job_in
 
 KINDS = {"float64": lambda v: v.double(), "int64": lambda v: v.long(), "sparse": lambda v: v.to_sparse(),
          "meta": lambda v: v.to("meta"),  # each failed deep in the round, a traceback (issue: hostile files)
-         "sharing memory": lambda v: torch.zeros(1, dtype=v.dtype).expand(v.shape)}  # stride 0: [10^9, d] in 5 kB
+         "sharing memory": lambda v: torch.zeros(1, dtype=v.dtype).expand(v.shape),  # stride 0: [10^9, d] in 5 kB
+         "NaN": lambda v: torch.full_like(v, float("nan"))}  # resumed, the run ended FAILED as diverged, exit 3
 HISTORIES = {"text": lambda h: h[0].update(test_accuracy="0.5"), "tensor": lambda h: h[0].update(test_loss=torch.zeros(3)),
              "round": lambda h: h[0].update(round=2**62), "key": lambda h: h[0].update({1: 0.5})}
 
