@@ -153,6 +153,7 @@ def check_stored(path: Path) -> None:
 
 
 NUMBER = (int, float)
+MAX_METRICS = 1000  # a history row's metrics: a round logs a dozen or so
 FIELDS = {"round": int, "server": dict, "tables": dict, "history": list, "floats_up": NUMBER, "floats_down": NUMBER,
           "wall_time": NUMBER, "run_id": str, "config_hash": str}
 
@@ -193,6 +194,11 @@ def check_payload(path: Path, payload: dict, state: RunState, rounds: int | None
                 refuse(f"client table {name} holds rows of {_kind(v)}, this run's are dense {table.dtype} tensors")
     if not all(isinstance(h, dict) for h in payload["history"]):
         refuse("history is not a list of rounds")
+    if len(payload["history"]) > payload["round"] or any(len(h) > MAX_METRICS for h in payload["history"]):
+        # one row a round, a few metrics each: a 0.9 MB file of one 20,000-key row referenced 200,000 times held the
+        # resume for minutes
+        refuse(f"history of {len(payload['history']):,} rounds of up to {max(map(len, payload['history'])):,} metrics, "
+               f"more than its round {payload['round']} with at most {MAX_METRICS:,} metrics each")
     for row in payload["history"]:  # a row's text or tensor failed the run's record after its last round (exit 1)
         bad = next((k for k, v in row.items() if not isinstance(k, str) or not isinstance(v, NUMBER)
                     or isinstance(v, bool)), None)

@@ -16,7 +16,10 @@ KINDS = {"float64": lambda v: v.double(), "int64": lambda v: v.long(), "sparse":
          "sharing memory": lambda v: torch.zeros(1, dtype=v.dtype).expand(v.shape),  # stride 0: [10^9, d] in 5 kB
          "NaN": lambda v: torch.full_like(v, float("nan"))}  # resumed, the run ended FAILED as diverged, exit 3
 HISTORIES = {"text": lambda h: h[0].update(test_accuracy="0.5"), "tensor": lambda h: h[0].update(test_loss=torch.zeros(3)),
-             "round": lambda h: h[0].update(round=2**62), "key": lambda h: h[0].update({1: 0.5})}
+             "round": lambda h: h[0].update(round=2**62), "key": lambda h: h[0].update({1: 0.5}),
+             # one row referenced many times (the pickle's memo), many metrics: a 0.9 MB file held the resume for minutes
+             "rows beyond its round": lambda h: h.extend([h[0]] * 1000),
+             "metrics": lambda h: h[0].update({f"m{i}": 0.5 for i in range(2000)})}
 
 
 @pytest.mark.parametrize("change", ["shapes", "tables", "layout", *(f"server {k}" for k in KINDS), "table rows float64",
