@@ -45,6 +45,8 @@ def read_leaf(folder: Path, x_item, y_item) -> tuple[list[str], list[list], list
                 for item in y:
                     y_item(item)
                 users.append(u), xs.append(x), ys.append(y)
+    if not any(xs):  # a split of no samples was numpy's reshape traceback (an empty array of no known width)
+        raise DataUnavailableError(f"{folder} is not a LEAF split folder: its *.json files hold no samples")
     return users, xs, ys
 
 

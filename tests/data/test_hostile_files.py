@@ -268,6 +268,15 @@ def test_a_crafted_leaf_file_ends_in_one_line(tmp_path, case):
     one_line_error(lambda: DATASETS.get("shakespeare")(root=root, source="leaf"), "t.json is not a LEAF JSON file", needle)
 
 
+def test_a_leaf_split_of_no_samples_is_refused(tmp_path):
+    """A test split whose files name no users (or only users without samples) was numpy's reshape traceback."""
+    root = leaf_root(tmp_path, leaf(["A"], [["abcdefghij"]], [["k"]]))
+    (tmp_path / "shakespeare" / "data" / "test" / "all_data_niid_0_keep_0_train_9.json").write_text(
+        json.dumps(leaf(["B"], [[]], [[]])))
+    one_line_error(lambda: DATASETS.get("shakespeare")(root=root, source="leaf"), "data/test is not a LEAF split folder",
+                   "hold no samples")
+
+
 def test_sent140_leaf_labels_must_be_polarities(tmp_path):
     write_glove(tmp_path / "glove" / "glove.twitter.27B.50d.txt")
     base = tmp_path / "sent140" / "data"
