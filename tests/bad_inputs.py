@@ -332,6 +332,8 @@ COMMAND_CASES: list[tuple[str, str]] = [
      "malformed YAML in <tmp>/conf_dir_bad_yaml/algorithm/mine.yaml, line 2, column 7: mapping values are not allowed"),
     ("FEDBENCH_CONF={tmp}/conf_bad_yaml run rounds=1",
      "malformed YAML in <tmp>/conf_bad_yaml/config.yaml, line"),
+    ("run --config-dir {tmp}/conf_dir_bare_value algorithm=mine",  # was OmegaConf's OSError traceback, exit 1
+     "<tmp>/conf_dir_bare_value/algorithm/mine.yaml holds a bare value (int), not a mapping of keys"),
     ("FEDBENCH_CONF={tmp}/nowhere run rounds=1", "no config.yaml in the config directory <tmp>/nowhere (from FEDBENCH_CONF)"),
     ("resume {tmp}/run_checkpoint_empty", "checkpoint.pt is not a readable checkpoint"),
     ("run hydra.run.dir={tmp}/link_loop/run", "cannot create the output folder <tmp>/link_loop/run: Symlink loop from"),
@@ -612,6 +614,8 @@ def make_issue32_fixtures(tmp: Path) -> None:
 
     (tmp / "conf_dir_bad_yaml" / "algorithm").mkdir(parents=True)
     (tmp / "conf_dir_bad_yaml" / "algorithm" / "mine.yaml").write_text("name: fedavg\n  oops: [1,\n")
+    (tmp / "conf_dir_bare_value" / "algorithm").mkdir(parents=True)
+    (tmp / "conf_dir_bare_value" / "algorithm" / "mine.yaml").write_text("42\n")
     shutil.copytree(CONF, tmp / "conf_bad_yaml")
     with open(tmp / "conf_bad_yaml" / "config.yaml", "a") as f:
         f.write("rounds: [\n")

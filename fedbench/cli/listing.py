@@ -116,9 +116,9 @@ def selected_name(group: str, option: str) -> tuple[str, str]:
     from fedbench.core.user_yaml import load_yaml
 
     text = config_file(group, option).read_text()
-    raw = load_yaml(text) or {}
+    raw = _mapping(load_yaml(text))  # a file of a bare value or list lists as a name only (`run` names it)
     section = raw.get(group) if isinstance(raw.get(group), dict) else raw  # an @package _global_ algorithm file
-    base = next((d for d in raw.get("defaults") or [] if isinstance(d, str) and d != "_self_"), "")
+    base = next((d for d in _listed(raw.get("defaults")) if isinstance(d, str) and d != "_self_"), "")
     # a variant that extends another file: fedavg/adam ([/algorithm/fedavg@_here_])
     name = section.get("name") or base.split("@")[0].rsplit("/", 1)[-1]
     comment = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.startswith("#") and "@package" not in ln), "")
@@ -140,10 +140,19 @@ def imposed_settings(path: Path) -> dict[str, str]:
 
     if not path.is_file():
         return {}
-    raw = load_yaml(path.read_text()) or {}
-    keys = (raw.get("algorithm") or {}).get("imposes") or []
-    choices = group_choices_of(raw.get("defaults"))
+    raw = _mapping(load_yaml(path.read_text()))
+    keys = [k for k in _listed(_mapping(raw.get("algorithm")).get("imposes")) if isinstance(k, str)]
+    choices = group_choices_of(_listed(raw.get("defaults")))
     return {k: raw[k] if k in raw else choices.get(k) for k in keys}
+
+
+def _mapping(value) -> dict:
+    """A config file's (or section's) keys; {} for a bare value or list (a user's file: `list` was its traceback)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _listed(value) -> list:
+    return value if isinstance(value, list) else []
 
 
 

@@ -136,11 +136,27 @@ def _composed(directory: Path, overrides: list[str], with_hydra: bool) -> DictCo
             raise ConfigError(f"{nulled[0]}: a config group is chosen by name, and null names none; leave {group} out "
                               f"for its default, or choose one of: {', '.join(group_choices(directory, group))}") from None
         raise ConfigError(f"cannot compose the config: {exc}") from None
+    except OSError as exc:  # OmegaConf.load of a file holding a bare number or string: its own traceback, exit 1
+        if not str(exc).startswith("Invalid loaded object type"):
+            raise
+        raise ConfigError(f"{_loaded_file(exc) or 'a config file'} holds a bare value ("
+                          f"{str(exc).rsplit(' ', 1)[-1]}), not a mapping of keys: fix the file (a config under the "
+                          "config directory, FEDBENCH_CONF or --config-dir)") from None
     except Exception as exc:
         malformed = malformed_yaml(exc)
         if malformed is None:
             raise
         raise malformed from None
+
+
+def _loaded_file(exc: BaseException) -> str | None:
+    """The file Hydra's file source was loading when `exc` was raised (its frame's `full_path`)."""
+    tb, path = exc.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "load_config" and isinstance(tb.tb_frame.f_locals.get("full_path"), str):
+            path = tb.tb_frame.f_locals["full_path"]
+        tb = tb.tb_next
+    return path
 
 
 def malformed_yaml(exc: BaseException):

@@ -44,6 +44,8 @@ def read_idx(path: str | Path, dims: int | None = None) -> Tensor:
                 raise FormatError("truncated header")
             shape = struct.unpack(f">{ndim}I", sizes)
             expected = math.prod(shape) * dtype.itemsize  # Python integers: no overflow
+            if shape[0] == 0:  # a test set of none: the run trained and reported accuracy 0.0000 and loss 0.0000
+                raise FormatError(f"the header declares {shape}: no rows; every IDX data set holds some")
             if shape[0] > MAX_ROWS or expected > MAX_DATA_BYTES:
                 raise FormatError(f"the header declares {shape} ({expected:,} bytes of data), more than any IDX "
                                   f"data set holds ({MAX_ROWS:,} rows, {MAX_DATA_BYTES:,} bytes)")

@@ -45,6 +45,8 @@ def read_leaf(folder: Path, x_item, y_item) -> tuple[list[str], list[list], list
                 for item in y:
                     y_item(item)
                 users.append(u), xs.append(x), ys.append(y)
+    if not any(xs):  # a split of no samples was numpy's reshape traceback (an empty array of no known width)
+        raise DataUnavailableError(f"{folder} is not a LEAF split folder: its *.json files hold no samples")
     return users, xs, ys
 
 
@@ -53,8 +55,10 @@ def _windows(length: int | None = None):
     seen = [length]
 
     def check(value) -> None:
-        seen[0] = seen[0] or len(string(value, "a window"))
-        if len(string(value, "a window")) != seen[0]:
+        if not string(value, "a window"):  # an empty first window let windows of any length through (a traceback)
+            raise FormatError("a window holds no characters")
+        seen[0] = seen[0] or len(value)
+        if len(value) != seen[0]:
             raise FormatError(f"a window holds {len(value)} characters, the others {seen[0]}: {value[:40]!r}")
     return check
 

@@ -140,6 +140,16 @@ def verify(run_dir: Path, checkpoint: Path, overrides: list[str], fedbench_conf:
             raise ConfigError(f"{run_dir}/.hydra/overrides.yaml sets {code[0]!r}, and its checkpoint {checkpoint} "
                               "predates the keyed record: resume does not compose Hydra settings or code it cannot "
                               "tie to the run; remove that line, or read the record and use fedbench resume --trust")
+        # an interpolation (${oc.env:...}) put this user's environment in a URI of the folder's choosing, and a config
+        # folder named there composes its files' Hydra settings and `_target_` entries
+        read = [o for o in overrides if key_of(o) not in PLACEMENT and "${" in o.split("=", 1)[-1]]
+        folders = [d for d in (fedbench_conf, *config_dirs) if d]
+        if read or folders:
+            what = (f"overrides.yaml sets {read[0]!r}, an interpolation" if read else
+                    f"fedbench.yaml names the config folder {folders[0]}")
+            raise ConfigError(f"{run_dir}/.hydra/{what}, and its checkpoint {checkpoint} predates the keyed record: "
+                              "resume does not compose what it cannot tie to the run (it can read your environment "
+                              "or run code); read the record and use fedbench resume --trust")
         return
     raise ConfigError(f"{run_dir}/.hydra/overrides.yaml (or fedbench.yaml) is not the record this user's fedbench wrote "
                       f"with its checkpoint {checkpoint}: it was changed since, or written by another user or machine "

@@ -239,6 +239,11 @@ def store_code(con) -> str:
     view = con.execute("SELECT name FROM sqlite_master WHERE type = 'view' LIMIT 1").fetchone()
     if view:
         return f"the view {view[0]}"
+    # a trigger runs on a run's writes: one on `metrics` counting a cross join held a run at its first round, deaf to
+    # SIGTERM; MLflow's own only refuse a change (SELECT RAISE(ABORT, ...), no other query)
+    for name, sql in con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        if not _only_refuses(sql or ""):
+            return f"the trigger {name}"
     # a generated column computes on every read (virtual; one of a 1.4 MB store made `fedbench report` take 26 s
     # and 3.7 GB) or write (stored): table_xinfo's `hidden` is 2 or 3 for one (SQLite >= 3.31); MLflow's schema
     # has stored ones of its own (spans.duration_ns), each taken only with MLflow's expression
@@ -247,6 +252,15 @@ def store_code(con) -> str:
             if hidden in (2, 3) and not (hidden == 3 and mlflow_computed(table, column, sql or "")):
                 return f"the generated column {table}.{column}"
     return ""
+
+
+def _only_refuses(sql: str) -> bool:
+    """A trigger whose body is one `SELECT RAISE(ABORT, '...')` and which queries nothing else (its WHEN included)."""
+    import re
+
+    body = re.search(r"\bBEGIN\s+SELECT\s+RAISE\s*\(\s*ABORT\s*,\s*'[^']*'\s*\)\s*;\s*END\s*;?\s*$", sql,
+                     re.IGNORECASE | re.DOTALL)
+    return body is not None and len(re.findall(r"\bSELECT\b", sql, re.IGNORECASE)) == 1
 
 
 def mlflow_computed(table: str, column: str, sql: str) -> bool:
@@ -411,8 +425,8 @@ def check_store_link(db: Path) -> None:
 def code_in_store(db: Path, code: str):
     from fedbench.core.errors import ConfigError
 
-    return ConfigError(f"{db} is not an MLflow store as MLflow writes one: it defines {code}, which reading it would "
-                       "run (MLflow's schema has none); fedbench runs nothing a store defines: give the mlflow.db that "
+    return ConfigError(f"{db} is not an MLflow store as MLflow writes one: it defines {code}, which reading or writing "
+                       "it would run (not MLflow's schema); fedbench runs nothing a store defines: give the mlflow.db that "
                        "fedbench run wrote, or another tracking URI")
 
 

@@ -86,3 +86,23 @@ def test_a_fifo_among_the_files_hydra_composes_from_is_named_at_start(tmp_path, 
     with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / 'conf' / 'dataset' / 'digits.yaml'} is a FIFO")):
         compose.checked_conf_dir()
 
+
+
+@pytest.mark.parametrize("text", ["42", "just text", "- a list", "algorithm: 5", "algorithm: {imposes: 5}", "defaults: 5"])
+def test_list_shows_a_config_file_of_a_bare_value(tmp_path, monkeypatch, text):
+    """A config folder's file holding no mapping (a number, a string, a list) or odd sections: `fedbench list`
+    was an AttributeError traceback; it lists the name (`run` names the file in one line: tests/bad_inputs.py)."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from fedbench.cli.app import app
+
+    shutil.copytree(compose.PACKAGED_CONF, tmp_path / "conf")
+    for name in ("fedprox", "mine"):
+        (tmp_path / "conf" / "algorithm" / f"{name}.yaml").write_text(text + "\n")
+    monkeypatch.setenv("FEDBENCH_CONF", str(tmp_path / "conf"))
+    monkeypatch.setattr(compose, "CONF_DIR", tmp_path / "conf")
+    out = CliRunner().invoke(app, ["list"])
+    assert out.exit_code == 0 and out.exception is None, out.output
+    assert re.search(r"^  mine ", out.stdout, re.M) and re.search(r"^  fedprox ", out.stdout, re.M), out.stdout

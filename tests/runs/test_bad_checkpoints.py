@@ -12,10 +12,18 @@ from tests.runs.test_faults import run_job_in
 
 
 KINDS = {"float64": lambda v: v.double(), "int64": lambda v: v.long(), "sparse": lambda v: v.to_sparse(),
-         "meta": lambda v: v.to("meta")}  # each failed deep in the round, a traceback (issue: hostile files)
+         "meta": lambda v: v.to("meta"),  # each failed deep in the round, a traceback (issue: hostile files)
+         "sharing memory": lambda v: torch.zeros(1, dtype=v.dtype).expand(v.shape),  # stride 0: [10^9, d] in 5 kB
+         "NaN": lambda v: torch.full_like(v, float("nan"))}  # resumed, the run ended FAILED as diverged, exit 3
+HISTORIES = {"text": lambda h: h[0].update(test_accuracy="0.5"), "tensor": lambda h: h[0].update(test_loss=torch.zeros(3)),
+             "round": lambda h: h[0].update(round=2**62), "key": lambda h: h[0].update({1: 0.5}),
+             # one row referenced many times (the pickle's memo), many metrics: a 0.9 MB file held the resume for minutes
+             "rows beyond its round": lambda h: h.extend([h[0]] * 1000),
+             "metrics": lambda h: h[0].update({f"m{i}": 0.5 for i in range(2000)})}
 
 
-@pytest.mark.parametrize("change", ["shapes", "tables", "layout", *(f"server {k}" for k in KINDS), "table rows float64"])
+@pytest.mark.parametrize("change", ["shapes", "tables", "layout", *(f"server {k}" for k in KINDS), "table rows float64",
+                                    *(f"history {k}" for k in HISTORIES)])
 def test_a_checkpoint_of_another_shape_is_refused_before_training(tmp_path, change):
     run_job_in(tmp_path, *SMALL, "rounds=2", "algorithm=scaffold")
     ckpt = tmp_path / "run" / "checkpoint.pt"
@@ -27,6 +35,8 @@ def test_a_checkpoint_of_another_shape_is_refused_before_training(tmp_path, chan
         payload["tables"][name]["values"] = [torch.zeros(3) for _ in payload["tables"][name]["values"]]
     elif change.startswith("server "):
         payload["server"] = {k: KINDS[change.removeprefix("server ")](v) for k, v in payload["server"].items()}
+    elif change.startswith("history "):  # each trained every round, then failed the record in one misleading line, exit 1
+        HISTORIES[change.removeprefix("history ")](payload["history"])
     elif change == "table rows float64":
         for table in payload["tables"].values():
             table["values"] = [v.double() for v in table["values"]]

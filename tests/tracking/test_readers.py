@@ -191,6 +191,31 @@ def test_a_run_into_a_store_that_defines_a_view_is_refused_before_it_starts(stor
     assert not (tmp_path / "run").exists()
 
 
+def test_a_run_into_a_store_with_a_trigger_of_its_own_is_refused_and_mlflows_is_not(store, tmp_path):  # noqa: F811
+    """A trigger runs on a write: one on `metrics` counting a cross join held a run at its first round, deaf to
+    SIGTERM (killed at last by SIGKILL). MLflow's own trigger, which only refuses a change, is no reason to refuse."""
+    import shutil
+    import sqlite3
+
+    from fedbench.tracking.store import store_code
+    from tests.faultkit import SMALL
+
+    _, folder = store
+    crafted = tmp_path / "shared.db"
+    shutil.copy(folder / "m.db", crafted)
+    with sqlite3.connect(folder / "m.db") as con:
+        assert store_code(con) == ""  # MLflow's schema, its trigger included
+    con = sqlite3.connect(crafted)
+    con.execute("CREATE TRIGGER slow AFTER INSERT ON metrics BEGIN SELECT count(*) FROM metrics a, metrics b, metrics c; END")
+    con.commit()
+    con.close()
+    out = fedbench("run", *SMALL, "rounds=1", f"tracking.uri=sqlite:///{crafted}", f"hydra.run.dir={tmp_path}/run",
+                   cwd=tmp_path, timeout=90)
+    assert out.returncode == 2 and len(error_lines(out.stderr)) == 1, out.stderr[-2000:]
+    assert f"{crafted} is not an MLflow store as MLflow writes one: it defines the trigger slow" in out.stderr
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("version", ["ffffffffffff", "older"])
 def test_a_store_of_a_schema_this_mlflow_does_not_know_is_not_sent_to_mlflow_db_upgrade(store, tmp_path, version):  # noqa: F811
     """MLflow calls every schema but its own "out-of-date" and says to run `mlflow db upgrade`: for a store a newer

@@ -336,3 +336,41 @@ def test_a_history_no_fedbench_run_records_is_left_out_and_named(store, tmp_path
     assert "fedprox" not in out.stdout and "fedavg" in out.stdout and "scaffold" in out.stdout, out.stdout
     assert (f"note: 1 FINISHED run(s) whose test_accuracy no fedbench run records (a round outside 1..rounds, twice, "
             f"or a value outside [0, 1]), left out: {run.info.run_id}") in out.stderr, out.stderr
+
+
+CRAFTED_ROWS = {  # SQLite keeps any type in any column: each was a traceback of report or plot
+    "text value": "update metrics set value = 'abc' where key = 'test_accuracy' and step = 2",
+    "bytes value": "update metrics set value = x'00ff' where key = 'test_accuracy' and step = 2",
+    "text step": "update metrics set step = 'x' where key = 'test_accuracy' and step = 2",
+    "text final": "update latest_metrics set value = 'abc' where key = 'test_accuracy'",
+    "text loss": "update metrics set value = 'abc' where key = 'test_loss' and step = 2"}
+
+
+@pytest.mark.parametrize("crafted", CRAFTED_ROWS)
+def test_a_metric_row_that_is_not_a_number_is_left_out_not_a_traceback(store, tmp_path, crafted):  # noqa: F811
+    import shutil
+    import sqlite3
+
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    _, folder = store
+    shutil.copy(folder / "m.db", tmp_path / "m.db")
+    uri = f"sqlite:///{tmp_path}/m.db"
+    client = MlflowClient(uri)
+    run = client.create_run(client.get_experiment_by_name("fedbench").experiment_id, tags={"config_hash": "crafted"})
+    params = {"algorithm.name": "fedprox", "seed": "0", "rounds": str(ROUNDS), "dataset.name": "digits", "eta_l": "0.1"}
+    client.log_batch(run.info.run_id, metrics=[Metric(k, 0.1 * r, 0, r) for r in (1, 2) for k in ("test_accuracy",
+                                                                                              "test_loss")],
+                     params=[Param(k, v) for k, v in params.items()])
+    client.set_terminated(run.info.run_id)
+    with sqlite3.connect(tmp_path / "m.db") as db:
+        db.execute(CRAFTED_ROWS[crafted] + f" and run_uuid = '{run.info.run_id}'")
+    out = cli("report", "--uri", uri)
+    assert out.exit_code == 0 and out.exception is None, out.output
+    assert "fedavg" in out.stdout, out.stdout
+    if crafted != "text loss":
+        assert "fedprox" not in out.stdout and run.info.run_id in out.stderr, out.output
+    metric = ["--metric", "test_loss"] if crafted == "text loss" else []
+    plot = cli("plot", "--uri", uri, *metric, "--output", str(tmp_path / "f.png"))
+    assert plot.exit_code == 0 and plot.exception is None, plot.output
