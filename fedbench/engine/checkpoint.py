@@ -186,6 +186,12 @@ def check_payload(path: Path, payload: dict, state: RunState, rounds: int | None
         ids, values = saved["ids"], saved["values"]
         if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or len(values) != len(ids):
             refuse(f"client table {name}'s ids and values differ in length")
+        # ids name clients: whole numbers, each once, of the population (a float was truncated, a duplicate's row
+        # dropped, an id beyond it a traceback in a disk table, or a row the run never reads)
+        if ids.dtype != torch.int64 or (len(ids) and (int(ids.min()) < 0 or len(ids.unique()) != len(ids) or (
+                table.num_clients is not None and int(ids.max()) >= table.num_clients))):
+            refuse(f"client table {name}'s ids are not distinct int64 client numbers"
+                   + (f" of 0..{table.num_clients - 1}" if table.num_clients is not None else ""))
         shape = tuple(table.spec.shape)
         for v in values:
             if not isinstance(v, torch.Tensor) or tuple(v.shape) != shape:

@@ -21,10 +21,12 @@ from fedbench.core.types import ClientStateSpec
 
 
 class ClientStateTable:
-    def __init__(self, spec: ClientStateSpec, device: torch.device, dtype: torch.dtype = torch.float32):
+    def __init__(self, spec: ClientStateSpec, device: torch.device, dtype: torch.dtype = torch.float32,
+                 num_clients: int | None = None):
         self.spec = spec
         self.device = device
         self.dtype = dtype
+        self.num_clients = num_clients  # the population's size, where known: a checkpoint's ids are checked against it
         self.rows: dict[int, Tensor] = {}
 
     def _initial(self, compute_device: torch.device) -> Tensor:
@@ -91,8 +93,7 @@ class DiskClientStateTable(ClientStateTable):
     def __init__(self, spec: ClientStateSpec, num_clients: int, dtype: torch.dtype, folder: Path, name: str):
         from fedbench.core.ownership import record_made
 
-        super().__init__(spec, torch.device("cpu"), dtype)
-        self.num_clients = num_clients
+        super().__init__(spec, torch.device("cpu"), dtype, num_clients)
         existed = folder.is_dir()
         folder.mkdir(parents=True, exist_ok=True)
         if not existed:

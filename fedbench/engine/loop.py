@@ -89,7 +89,8 @@ def initial_state(fed: Federation, folder: Path | None = None) -> RunState:
         for table in tables.values():
             table.scratch = scratch  # kept alive (and the folder) while a table is
     else:
-        tables = {name: ClientStateTable(spec, fed.client_state_device, fed.x0.dtype) for name, spec in specs.items()}
+        tables = {name: ClientStateTable(spec, fed.client_state_device, fed.x0.dtype, fed.clients.num_clients)
+                  for name, spec in specs.items()}
     return RunState(round=0, server=server, tables=tables)
 
 

@@ -20,10 +20,13 @@ HISTORIES = {"text": lambda h: h[0].update(test_accuracy="0.5"), "tensor": lambd
              # one row referenced many times (the pickle's memo), many metrics: a 0.9 MB file held the resume for minutes
              "rows beyond its round": lambda h: h.extend([h[0]] * 1000),
              "metrics": lambda h: h[0].update({f"m{i}": 0.5 for i in range(2000)})}
+# a table's client ids (SCAFFOLD's c_i, 20 clients): each was loaded as it came (a float truncated, a duplicate's row dropped)
+TABLE_IDS = {"float": lambda ids: ids.double(), "duplicate": lambda ids: ids.clone().fill_(ids[0]),
+             "negative": lambda ids: ids - 100, "beyond the population": lambda ids: ids + 20}
 
 
 @pytest.mark.parametrize("change", ["shapes", "tables", "layout", *(f"server {k}" for k in KINDS), "table rows float64",
-                                    *(f"history {k}" for k in HISTORIES)])
+                                    *(f"history {k}" for k in HISTORIES), *(f"table ids {k}" for k in TABLE_IDS)])
 def test_a_checkpoint_of_another_shape_is_refused_before_training(tmp_path, change):
     run_job_in(tmp_path, *SMALL, "rounds=2", "algorithm=scaffold")
     ckpt = tmp_path / "run" / "checkpoint.pt"
@@ -37,6 +40,9 @@ def test_a_checkpoint_of_another_shape_is_refused_before_training(tmp_path, chan
         payload["server"] = {k: KINDS[change.removeprefix("server ")](v) for k, v in payload["server"].items()}
     elif change.startswith("history "):  # each trained every round, then failed the record in one misleading line, exit 1
         HISTORIES[change.removeprefix("history ")](payload["history"])
+    elif change.startswith("table ids "):
+        for table in payload["tables"].values():
+            table["ids"] = TABLE_IDS[change.removeprefix("table ids ")](table["ids"])
     elif change == "table rows float64":
         for table in payload["tables"].values():
             table["values"] = [v.double() for v in table["values"]]
