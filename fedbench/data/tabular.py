@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -75,7 +76,11 @@ def _har_file(path: Path, kind: str, ndmin: int) -> np.ndarray:
     """One of UCI HAR's text files, checked: features a finite table, labels activities 1..6 and
     subjects volunteers 1..30, whole numbers (never floored)."""
     with reading(path, f"UCI HAR's {kind} (numbers separated by spaces)"):
-        values = np.loadtxt(path, ndmin=ndmin)
+        with warnings.catch_warnings():  # numpy's "Empty input file" warning: said below, in the file's line
+            warnings.simplefilter("ignore", UserWarning)
+            values = np.loadtxt(path, ndmin=ndmin)
+        if values.size == 0:
+            raise FormatError("it holds no rows")
         if kind == "features":
             return finite(values, "features")
         return labels(values, 1, 6 if kind == "labels" else 30, kind, "UCI HAR")
@@ -239,7 +244,9 @@ def libsvm(
             x_train, y_train, x_test, y_test = x[tr], y[tr], x[te], y[te]
         else:
             x_train, y_train, x_test, y_test = loaded[0].toarray(), loaded[1], loaded[2].toarray(), loaded[3]
-    classes = np.unique(np.concatenate([y_train, y_test]))
+        classes = np.unique(np.concatenate([y_train, y_test]))
+        if len(classes) < 2:
+            raise FormatError(f"every row has the label {classes[0]:g}: a task of one class has nothing to learn")
     binary = len(classes) == 2
     code = {c: i for i, c in enumerate(classes)}
     y_train, y_test = (np.array([code[v] for v in y]) for y in (y_train, y_test))
