@@ -323,7 +323,7 @@ TABLE_CASES = {  # name -> (writer, loader kwargs, words)
     "libsvm_label_of_one_row": (lambda r: (r / "a.svm").write_text("1 1:1\n-1 2:1\n" * 10 + "1e308 1:1\n"), "libsvm",
                                 {"path": "a.svm"}, "the label 1e+308 has one row (1 of its 3 labels do), and a stratified"),
     "libsvm_no_rows": (lambda r: (r / "a.svm").write_text(""), "libsvm", {"path": "a.svm"}, "a.svm holds no rows"),
-    # a task of one class trained to accuracy 1.0 with nothing learnt; an empty X_train.txt printed numpy's warning
+    # a file of one label made a task of one class (nothing to learn); an empty X_train.txt printed numpy's warning
     # and was named by the feature count of X_test.txt
     "libsvm_one_label": (lambda r: (r / "a.svm").write_text("1 1:1\n1 2:1\n" * 10), "libsvm", {"path": "a.svm"},
                          "every row has the label 1: a task of one class has nothing to learn"),
