@@ -176,13 +176,16 @@ def client_round(fed: Federation, state: RunState, ids: list[int] | None = None)
     return lanes_client_round([fed], [state], None if ids is None else [ids])[0]
 
 
-def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list[list[int]] | None = None
-                       ) -> list[ClientRound]:
+def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list[list[int]] | None = None,
+                       failures: dict[int, Exception] | None = None) -> list[ClientRound | None]:
     """client_round of several runs (lanes) at the same round, sharing their clients' data: the
     cohorts of lanes with the same hyperparameters (`mixing_key`) are trained together in chunks
     of similar work, each client with its own run's seed, broadcast and client state. Clients are
-    independent in a client update, so every lane gets what it would get alone."""
+    independent in a client update, so every lane gets what it would get alone.
+    With `failures`, what an algorithm's method raises fails the lanes it ran for (in `failures`, their
+    ClientRound None) and the others go on; without it, it propagates."""
     fed0, r = feds[0], states[0].round
+    guard = _Guard(failures)
     lanes = []
     for k, (fed, state) in enumerate(zip(feds, states)):
         algo = fed.algorithm
@@ -194,8 +197,10 @@ def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list
             torch.full((len(lane_ids),), 1.0 / len(lane_ids), dtype=torch.float64, device=fed.device)
         epochs = None if fed.local_epochs is None else torch.full((len(lane_ids),), fed.local_epochs)
         steps = step_schedule(sizes.cpu(), fed.batch_size, epochs, fed.local_steps)[2].tolist()
+        with guard([k]):
+            down = algo.broadcast(state.server, r)
         lanes.append(_Lane(fed, state, lane_ids, ids_t, Cohort(round=r, ids=ids_t, sizes=sizes, weights=weights),
-                           algo.broadcast(state.server, r), algo.setting.local_lr(r), steps))
+                           down if k not in guard.failed else {}, algo.setting.local_lr(r), steps))
     fed0.clients.prepare([i for lane in lanes for i in lane.ids])  # a population makes its cohorts' data now
     if fed0.clients.on_demand and ids is None and r + 1 < max(fed.rounds for fed in feds):  # and the next round's while this one trains
         fed0.clients.prefetch([i for fed in feds for i in
@@ -208,6 +213,9 @@ def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list
         classes.setdefault(mixing_key(fed) if len(feds) > 1 else (), []).append(k)
     chunks: list[list[tuple[int, int]]] = []  # (lane, position in its cohort) of each chunk's clients
     for members in classes.values():
+        members = [k for k in members if k not in guard.failed]
+        if not members:
+            continue
         if lanes[members[0]].fed.algorithm.chains_clients():  # one client of every lane at a time, in cohort order
             chunks += [[(k, p) for k in members] for p in range(len(lanes[members[0]].ids))]
             continue
@@ -220,30 +228,77 @@ def lanes_client_round(feds: list[Federation], states: list[RunState], ids: list
     prepared: list[State | None] = [None] * len(lanes)
     two_phase = [i for i, chunk in enumerate(chunks) if lanes[chunk[0][0]].fed.algorithm.two_phase]
     if two_phase:  # Mime, FedDANE: the clients' first uploads shape a second broadcast
-        firsts = [lanes[chunks[i][0][0]].fed.algorithm.prepare(_chunk_down(lanes, chunks[i]),
-                                                               _chunk_state(lanes, chunks[i]), works[i])
-                  for i in two_phase]
-        prepared = _by_lane(lanes, [chunks[i] for i in two_phase], firsts)
-        for lane, first in zip(lanes, prepared):
+        firsts = []
+        for i in two_phase:
+            firsts.append(None)
+            if guard.skips(in_chunk := sorted({k for k, _ in chunks[i]})):
+                continue
+            with guard(in_chunk):
+                firsts[-1] = lanes[chunks[i][0][0]].fed.algorithm.prepare(_chunk_down(lanes, chunks[i]),
+                                                                          _chunk_state(lanes, chunks[i]), works[i])
+        prepared = _by_lane(lanes, [chunks[i] for i in two_phase], firsts, guard.failed)
+        for k, (lane, first) in enumerate(zip(lanes, prepared)):
             if first is not None:
-                lane.down = lane.fed.algorithm.rebroadcast(lane.state.server, lane.down, first, lane.cohort)
-    uploads: list[State] = []
+                with guard([k]):
+                    lane.down = lane.fed.algorithm.rebroadcast(lane.state.server, lane.down, first, lane.cohort)
+    uploads: list[State | None] = []
     for chunk, work in zip(chunks, works):
-        algo = lanes[chunk[0][0]].fed.algorithm
-        up, new_client = algo.client_update(_chunk_down(lanes, chunk), _chunk_state(lanes, chunk), work)
-        check_state(algo, "client_update", up, fed0.x0.dtype, len(chunk), what="the upload ")
-        check_state(algo, "client_update", new_client, fed0.x0.dtype, len(chunk), what="the client state ")
-        if algo.chains_clients():
-            up = _relay(lanes, chunk, up)
-        for k in sorted({k for k, _ in chunk}):
-            at = [j for j, (kk, _) in enumerate(chunk) if kk == k]
-            sel = None if len(at) == len(chunk) else torch.tensor(at, device=fed0.device)
-            lane_ids = [lanes[k].ids[chunk[j][1]] for j in at]
-            for name, values in new_client.items():
-                lanes[k].state.tables[name].scatter(lane_ids, values if sel is None else values[sel])
+        in_chunk = sorted({k for k, _ in chunk})
+        up = None
+        if not guard.skips(in_chunk):
+            with guard(in_chunk):  # a chunk's lanes share one client update: what it raises fails them all
+                algo = lanes[chunk[0][0]].fed.algorithm
+                up, new_client = algo.client_update(_chunk_down(lanes, chunk), _chunk_state(lanes, chunk), work)
+                check_state(algo, "client_update", up, fed0.x0.dtype, len(chunk), what="the upload ")
+                check_state(algo, "client_update", new_client, fed0.x0.dtype, len(chunk), what="the client state ")
+                if algo.chains_clients():
+                    up = _relay(lanes, chunk, up)
+                for k in in_chunk:
+                    at = [j for j, (kk, _) in enumerate(chunk) if kk == k]
+                    sel = None if len(at) == len(chunk) else torch.tensor(at, device=fed0.device)
+                    lane_ids = [lanes[k].ids[chunk[j][1]] for j in at]
+                    for name, values in new_client.items():
+                        lanes[k].state.tables[name].scatter(lane_ids, values if sel is None else values[sel])
         uploads.append(up)
-    ups = _by_lane(lanes, chunks, uploads)
-    return [ClientRound(lane.cohort, lane.down, prepared[k], ups[k], lane.lr, lane.steps) for k, lane in enumerate(lanes)]
+    ups = _by_lane(lanes, chunks, uploads, guard.failed)
+    return [None if k in guard.failed else ClientRound(lane.cohort, lane.down, prepared[k], ups[k], lane.lr, lane.steps)
+            for k, lane in enumerate(lanes)]
+
+
+class _Guard:
+    """`with guard(lanes):` what the block raises fails those lanes (recorded in `failures`, the block left), when
+    the caller collects failures; else it propagates."""
+
+    def __init__(self, failures: dict[int, Exception] | None):
+        self.failures = failures
+        self.failed: set[int] = set()
+        self.lanes: list[int] = []
+
+    def __call__(self, lanes: list[int]) -> _Guard:
+        self.lanes = lanes
+        return self
+
+    def skips(self, lanes: list[int]) -> bool:
+        """A chunk holding a lane that failed is not computed: its other lanes fail with it (their clients' uploads
+        would be missing)."""
+        failed = self.failed.intersection(lanes)
+        if failed:
+            exc = self.failures[min(failed)]
+            for k in lanes:
+                self.failures.setdefault(k, exc)
+                self.failed.add(k)
+        return bool(failed)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None or self.failures is None or not isinstance(exc, Exception):
+            return False
+        for k in self.lanes:
+            self.failures.setdefault(k, exc)
+            self.failed.add(k)
+        return True
 
 
 def _relay(lanes: list[_Lane], chunk: list[tuple[int, int]], up: State) -> State:
@@ -331,14 +386,15 @@ def _chunk_state(lanes: list[_Lane], chunk: list[tuple[int, int]]) -> State:
     return out
 
 
-def _by_lane(lanes: list[_Lane], chunks: list[list[tuple[int, int]]], uploads: list[State]) -> list[State | None]:
+def _by_lane(lanes: list[_Lane], chunks: list[list[tuple[int, int]]], uploads: list[State | None],
+             failed: set[int] = frozenset()) -> list[State | None]:
     """Each lane's part of the chunks' uploads, in its cohort order (None for a lane with no client
-    in these chunks). A lane's clients all sit in chunks of its own algorithm."""
+    in these chunks, or one that `failed`). A lane's clients all sit in chunks of its own algorithm."""
     device = lanes[0].fed.device
     out: list[State | None] = []
     for k in range(len(lanes)):
         mine = [i for i, chunk in enumerate(chunks) if any(kk == k for kk, _ in chunk)]
-        if not mine:
+        if not mine or k in failed:
             out.append(None)
             continue
         rows = [row for i in mine for row in chunks[i]]
@@ -407,13 +463,13 @@ def run_lanes(
     feds: list[Federation],
     states: list[RunState],
     on_round: Callable[[int, RunState, dict[str, float]], bool | None] | None,
-    on_failure: Callable[[int, RunState, DivergenceError], None],
+    on_failure: Callable[[int, RunState, Exception], None],
     warmup: float | None = None,
 ) -> None:
     """Run several runs (lanes) that share their clients' data, round by round: the lanes at the
     lowest round train together (lanes_client_round), so lanes resumed at later rounds wait for the
-    others to catch up. A lane that diverges is handed to `on_failure` and leaves, as does a lane
-    whose `on_round` returns False; the others go on.
+    others to catch up. A lane that diverges, or (several lanes) whose algorithm raises, is handed to
+    `on_failure` and leaves, as does a lane whose `on_round` returns False; the others go on.
     Each lane's `wall_time` is its share of the rounds it trained in (the round's time over the
     lanes in it). `warmup`: the seconds of a warm_up the caller ran already (else it runs here)."""
     failed: set[int] = set()
@@ -427,16 +483,25 @@ def run_lanes(
         r = min(states[k].round for k in live)
         lanes = [k for k in live if states[k].round == r]
         t0 = time.perf_counter()
-        received = lanes_client_round([feds[k] for k in lanes], [states[k] for k in lanes])
-        diverged = {}
+        # several lanes: what a lane's algorithm raises fails that lane (and those sharing its chunks) alone; one run:
+        # it propagates, as it always did
+        raised: dict[int, Exception] | None = {} if len(feds) > 1 else None
+        received = lanes_client_round([feds[k] for k in lanes], [states[k] for k in lanes], failures=raised)
+        diverged: dict[int, Exception] = {lanes[i]: exc for i, exc in (raised or {}).items()}
+        guard = _Guard(None if raised is None else {})
         for k, got in zip(lanes, received):
+            if got is None:
+                continue
             fed, state = feds[k], states[k]
-            down, up = aggregate_round(fed, state, got)
-            state.floats_down += down
-            state.floats_up += up
-            state.round += 1
-            if not bool(torch.isfinite(fed.algorithm.model(state.server)).all()):
-                diverged[k] = DivergenceError(state.round, "non-finite model parameters" + blame(fed.algorithm, got.up))
+            with guard([k]):
+                down, up = aggregate_round(fed, state, got)
+                state.floats_down += down
+                state.floats_up += up
+                state.round += 1
+                if not bool(torch.isfinite(fed.algorithm.model(state.server)).all()):
+                    diverged[k] = DivergenceError(state.round, "non-finite model parameters" + blame(fed.algorithm, got.up))
+            if k in guard.failed:
+                diverged[k] = guard.failures[k]
         share = (time.perf_counter() - t0) / len(lanes)
         for k in lanes:
             states[k].wall_time += share
@@ -446,7 +511,9 @@ def run_lanes(
                 continue
             try:
                 metrics = _round_metrics(feds[k], states[k], warmup)
-            except DivergenceError as exc:
+            except Exception as exc:  # DivergenceError; with several lanes, anything the algorithm's metrics raise
+                if not isinstance(exc, DivergenceError) and raised is None:
+                    raise
                 failed.add(k)
                 on_failure(k, states[k], exc)
                 continue

@@ -127,7 +127,7 @@ def run_group(jobs: list[GroupJob], quiet: bool = False, sweep: bool = True) -> 
             return False
         return True
 
-    def on_failure(k: int, state, exc: DivergenceError) -> None:
+    def on_failure(k: int, state, exc: Exception) -> None:  # a divergence, or what its algorithm raised
         fail(k, exc)
 
     def complete(ks: list[int]) -> None:

@@ -162,6 +162,51 @@ def test_lanes_of_different_algorithms_two_phase_ones_included_each_get_their_ow
         assert (got.floats_down, got.floats_up) == (alone.floats_down, alone.floats_up)
 
 
+def test_a_lane_whose_algorithm_raises_fails_alone_and_the_others_train_as_alone():
+    """A grid's lane whose method raises (a researcher's own method with a bug) failed every lane of its group, the
+    built-in ones too (runs.batched promises that a failed job never stops the others); now it fails alone, in
+    client_update, prepare or aggregate alike, and the other lanes train what they train alone. One run still gets
+    the exception itself."""
+    import torch
+
+    from fedbench.engine.loop import initial_state, run, run_lanes
+    from fedbench.runs.build import build_federation, build_lanes
+
+    names = ["fedavg", "fedprox", "mime_svrg", "feddane", "scaffold"]
+    cfgs = [make_cfg(f"algorithm={name}", "num_clients=6", "clients_per_round=3", "rounds=3", "engine.dtype=float64",
+                     f"seed={seed}") for seed, name in enumerate(names)]
+    feds = [fed for fed, _ in build_lanes(cfgs)]
+    bugs = {1: ("client_update", 1), 2: ("prepare", 0), 3: ("aggregate", 2)}  # lane: (method, the round it raises at)
+
+    def buggy(k, method, at):
+        original = getattr(feds[k].algorithm, method)
+
+        def raising(*args):
+            if states[k].round == at:
+                raise RuntimeError(f"bug in lane {k}'s {method}")
+            return original(*args)
+        return raising
+
+    states = [initial_state(fed) for fed in feds]
+    for k, (method, at) in bugs.items():
+        setattr(feds[k].algorithm, method, buggy(k, method, at))
+    failures = []
+    run_lanes(feds, states, None, lambda k, st, exc: failures.append((k, str(exc), st.round)))
+    assert failures == [(2, "bug in lane 2's prepare", 0), (1, "bug in lane 1's client_update", 1),
+                        (3, "bug in lane 3's aggregate", 2)]
+    for k in (0, 4):  # FedAvg and SCAFFOLD trained their 3 rounds as they do alone
+        fed, _ = build_federation(cfgs[k])
+        alone = run(fed, initial_state(fed))
+        assert states[k].round == 3
+        for key, value in alone.server.items():
+            torch.testing.assert_close(states[k].server[key], value, rtol=1e-10, atol=1e-10)
+    fed, _ = build_federation(cfgs[1])
+    state = initial_state(fed)
+    fed.algorithm.client_update = lambda *args: (_ for _ in ()).throw(RuntimeError("alone"))
+    with pytest.raises(RuntimeError, match="alone"):
+        run(fed, state)
+
+
 @pytest.mark.slow  # >= 10 s (issue 43: `pytest -m "not slow"` is the quick loop)
 def test_optuna_trials_are_asked_n_jobs_at_a_time_and_each_batch_is_one_group(tmp_path):
     require_module("hydra_plugins.hydra_optuna_sweeper", "the Optuna sweeper is the `tune` extra")
