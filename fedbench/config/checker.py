@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union
 
 from fedbench.config.schema import MAX_INT64, Spec, spec_of
+from fedbench.core.values import is_number
 from fedbench.config.suggest import nested_key
 from fedbench.core.errors import ConfigError, did_you_mean, unknown_choice
 from fedbench.core.secrets import redact
@@ -28,10 +29,6 @@ def _union_args(tp) -> tuple | None:
     if typing.get_origin(tp) in (Union, types.UnionType):
         return typing.get_args(tp)
     return None
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _beyond(value: Any, largest: float) -> bool:
@@ -91,7 +88,7 @@ def _fits(value: Any, tp, s: Spec) -> bool:
     if base is int:
         return isinstance(value, int) and not isinstance(value, bool) and not _beyond(value, MAX_INT64) and _in_range(value, s)
     if base is float:
-        return _is_number(value) and not _beyond(value, sys.float_info.max) and (not _ranged(s) or (math.isfinite(value) and _in_range(value, s)))
+        return is_number(value) and not _beyond(value, sys.float_info.max) and (not _ranged(s) or (math.isfinite(value) and _in_range(value, s)))
     if base is str:
         return isinstance(value, str) and (not s.nonempty or value.strip() != "") and (
             s.pattern is None or re.fullmatch(s.pattern, value) is not None) and (

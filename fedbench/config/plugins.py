@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fedbench.core.errors import ConfigError
+from fedbench.core.origin import qualified_name, source_line
 
 TARGET = "_target_"
 
@@ -258,7 +259,7 @@ def check_interface(cls: type, target: str) -> None:
 
     from fedbench.algorithms.base import Algorithm
 
-    where = f"{cls.__module__}.{cls.__qualname__} ({_source_of(cls)})"
+    where = f"{qualified_name(cls)} ({source_line(cls) or cls.__module__})"
     needed = ["client_update", "aggregate"] + (["prepare", "rebroadcast"] if cls.two_phase else [])
     if getattr(cls, "chains_clients") is not Algorithm.chains_clients:
         needed.append("relay")
@@ -284,11 +285,3 @@ def check_interface(cls: type, target: str) -> None:
                               f"{name}({', '.join(args)}) (fedbench/algorithms/base.py)") from None
 
 
-def _source_of(obj: Any) -> str:
-    """The file (and line) a plugin's class or function is defined in, for a message."""
-    import inspect
-
-    try:
-        return f"{inspect.getsourcefile(obj)}:{inspect.getsourcelines(obj)[1]}"
-    except (TypeError, OSError):
-        return getattr(obj, "__module__", "?")

@@ -88,12 +88,10 @@ def glob_values(override, options) -> list[str] | None:
     return selected
 
 
-def sweep_length(override, options=None) -> int:
+def sweep_length(override) -> int:
     """How many values a sweep override has, without listing them (`seed=range(0,10**9)` is a number)."""
     from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
 
-    if options is not None and (globbed := glob_values(override, options)) is not None:
-        return len(globbed)
     value = override.value()
     if isinstance(value, RangeSweep):
         if not value.step:
@@ -122,8 +120,9 @@ def expand_jobs(overrides: list[str], options=None) -> list[list[str]]:
         if isinstance(o.value(), IntervalSweep):
             raise ConfigError(f"{o.input_line} is an interval to search, which a grid cannot list: give values "
                               f"(choice(...), range(...) or a,b,c), or search it with hydra/sweeper=optuna")
+    globbed = {id(o): g for o in parsed if (g := glob_values(o, options)) is not None}  # listed once, here
     sweeps = [o for o in parsed if o.is_sweep_override()]
-    lengths = [(o.get_key_element(), sweep_length(o, options)) for o in sweeps]
+    lengths = [(o.get_key_element(), len(globbed[id(o)]) if id(o) in globbed else sweep_length(o)) for o in sweeps]
     if empty := [o.input_line for o, (_, n) in zip(sweeps, lengths) if n == 0]:
         raise ConfigError(f"{empty[0]} lists no value: the grid has no job")
     if (size := math.prod(length for _, length in lengths)) > MAX_GRID_JOBS:
@@ -133,8 +132,8 @@ def expand_jobs(overrides: list[str], options=None) -> list[list[str]]:
     axes = []
     for o in parsed:
         key = o.get_key_element()
-        if (globbed := glob_values(o, options)) is not None:
-            axes.append([f"{key}={v}" for v in globbed])
+        if id(o) in globbed:
+            axes.append([f"{key}={v}" for v in globbed[id(o)]])
         elif o.is_sweep_override():
             axes.append([f"{key}={v}" for v in o.sweep_string_iterator()])
         else:

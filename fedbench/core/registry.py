@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from fedbench.core.errors import ConfigError, unknown_choice
+from fedbench.core.origin import qualified_name
 
 T = TypeVar("T")
 
@@ -55,7 +56,7 @@ class Registry(Generic[T]):
         if held is obj:
             return
         if held is not None:
-            owner = self._adopted.get(name) or f"{getattr(held, '__module__', '?')}.{getattr(held, '__qualname__', '?')}"
+            owner = self._adopted.get(name) or qualified_name(held)
             raise ConfigError(f"{self.kind}.name={name} with {self.kind}._target_={target}: the name {name!r} is taken by "
                               f"{owner}; give yours a name of its own (name: in its yaml)")
         self._entries[name] = obj

@@ -7,6 +7,7 @@ import hashlib
 import numpy as np
 
 from fedbench.core.errors import ConfigError, check
+from fedbench.core.origin import qualified_name
 from fedbench.core.registry import Registry
 
 PARTITIONS: Registry = Registry("partition", package="fedbench.data")
@@ -106,7 +107,7 @@ def make_partition(
         parts = fn(np.asarray(labels), num_clients, rng, **params)
     except TypeError as exc:
         raise ConfigError(f"partition {name!r}: {exc}") from None
-    made = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', name)}"
+    made = qualified_name(fn, name)
     check(len(parts) == num_clients,
           f"partition {name!r}: {made} returned {len(parts)} index lists for num_clients={num_clients} (one per client)")
     for i, p in enumerate(parts):

@@ -15,6 +15,7 @@ import torch
 
 from fedbench.engine.loop import RunState
 from fedbench.core.errors import ConfigError
+from fedbench.core.values import is_number
 
 
 TMP_PREFIX = ".ckpt-"
@@ -206,8 +207,7 @@ def check_payload(path: Path, payload: dict, state: RunState, rounds: int | None
         refuse(f"history of {len(payload['history']):,} rounds of up to {max(map(len, payload['history'])):,} metrics, "
                f"more than its round {payload['round']} with at most {MAX_METRICS:,} metrics each")
     for row in payload["history"]:  # a row's text or tensor failed the run's record after its last round (exit 1)
-        bad = next((k for k, v in row.items() if not isinstance(k, str) or not isinstance(v, NUMBER)
-                    or isinstance(v, bool)), None)
+        bad = next((k for k, v in row.items() if not isinstance(k, str) or not is_number(v)), None)
         if bad is not None or not isinstance(row.get("round"), int) or not 1 <= row["round"] <= payload["round"]:
             refuse(f"history holds a round {_short(row)}, not numbers of rounds 1..{payload['round']}")
 

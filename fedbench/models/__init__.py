@@ -12,9 +12,9 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, **kwa
     module = factory(tuple(input_shape), num_classes, **kwargs)
     if not isinstance(module, Module):  # a plugin's factory (config.plugins) that returns something else
         from fedbench.core.errors import ConfigError
+        from fedbench.core.origin import qualified_name
 
-        made = f"{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', name)}"
-        raise ConfigError(f"model {name!r}: {made} returned a {type(module).__name__}, not a torch.nn.Module "
+        raise ConfigError(f"model {name!r}: {qualified_name(factory, name)} returned a {type(module).__name__}, not a torch.nn.Module "
                           "(a model factory takes (input_shape, num_classes, **parameters) and returns the module)")
     return FlatModel(module)
 

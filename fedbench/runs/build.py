@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from fedbench.core.origin import qualified_name
 from fedbench.core.types import LocalExtras, Setting
 from fedbench.config.validate import checked_algorithm, params_of, partition_of
 from fedbench.data import DATASETS, Dataset, fingerprint, make_partition
@@ -156,8 +157,7 @@ def build_lanes(cfgs: list[DictConfig]) -> list[tuple[Federation, BuildInfo]]:
         }
     )
     if not isinstance(dataset, Dataset):  # a plugin's factory (config.plugins) that returns something else
-        made = f"{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', cfg.dataset.name)}"
-        raise ConfigError(f"dataset {cfg.dataset.name!r}: {made} returned a {type(dataset).__name__}, not a "
+        raise ConfigError(f"dataset {cfg.dataset.name!r}: {qualified_name(factory, cfg.dataset.name)} returned a {type(dataset).__name__}, not a "
                           "fedbench.data.Dataset (like the built-ins of fedbench/data/datasets.py)")
     check_dataset(dataset, f"dataset {cfg.dataset.name} (data.root={cfg.data.root})")  # behind each reader's own checks
     positive = cfg.data.get("binary_classes")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fedbench.core.values import is_number
+
 if TYPE_CHECKING:  # pandas is imported by the functions that use it: `fedbench --help` stays fast
     import pandas as pd
 
@@ -55,7 +57,7 @@ def load_runs(uri: str | None, experiment: str, filter_string: str = "") -> pd.D
     for run in ours:
         history = histories[run.info.run_id]
         if not recorded_history(history, run.data.params.get("rounds")) \
-                or not all(number(run.data.metrics[k]) for k in ("test_accuracy", "test_loss") if k in run.data.metrics):
+                or not all(is_number(run.data.metrics[k]) for k in ("test_accuracy", "test_loss") if k in run.data.metrics):
             unlike.append(run.info.run_id)
             continue
         history = sorted(history)
@@ -86,17 +88,11 @@ def recorded_history(history: list[tuple[int, float]], rounds: str | None) -> bo
         last = int(str(rounds)) if rounds is not None else None
     except ValueError:
         return False
-    if not all(number(step, int) and number(value) for step, value in history):  # SQLite keeps text in a REAL column
+    if not all(is_number(step, int) and is_number(value) for step, value in history):  # SQLite keeps text in a REAL column
         return False
     steps = [step for step, _ in history]
     return (len(set(steps)) == len(steps) and all(1 <= step and (last is None or step <= last) for step in steps)
             and all(0.0 <= value <= 1.0 for _, value in history))
-
-
-def number(value, kind=(int, float)) -> bool:
-    """A metric's value or step as MLflow writes them (a crafted SQLite store may hold text or bytes there:
-    a traceback of `report` and `plot`)."""
-    return isinstance(value, kind) and not isinstance(value, bool)
 
 
 def metric_curves(frame: pd.DataFrame, uri: str | None, metric: str, x: str = "round") -> pd.DataFrame:
@@ -114,10 +110,10 @@ def metric_curves(frame: pd.DataFrame, uri: str | None, metric: str, x: str = "r
     x_histories = read_histories(client, run_ids, x) if x != "round" else {}
     rows = []
     for _, run in frame.iterrows():
-        values = dict(row for row in histories[run["run_id"]] if number(row[0], int) and number(row[1]))
+        values = dict(row for row in histories[run["run_id"]] if is_number(row[0], int) and is_number(row[1]))
         if not values:
             continue
-        xs = ({r: v for r, v in x_histories[run["run_id"]] if number(r, int) and number(v)} if x != "round"
+        xs = ({r: v for r, v in x_histories[run["run_id"]] if is_number(r, int) and is_number(v)} if x != "round"
               else {r: float(r) for r in values})
         label = " ".join(p for p in (run["algorithm"], run.get("hyperparameters"), run["setting"]) if p)
         rows += [{"label": label, "seed": run.get("param:seed"), x: xs[r], metric: v} for r, v in values.items() if r in xs]
